@@ -1,0 +1,139 @@
+"""The checks that keep numbers honest. Each is a plain function returning a verdict and a sentence.
+
+- contamination: throughput (or acceptance) climbing run over run within a cell; the naive protocol.
+- physics: the memory-bandwidth roofline of target passes per second.
+- determinism: byte match against the no-speculation baseline at temperature 0, and where it diverges.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+CLIMB_RATIO = 1.2  # last/first throughput above this, with every step up, is a climb
+ACCEPT_CLIMB = 0.10  # acceptance rate rising by this much (absolute), every step up, is a climb
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: str
+    flagged: bool
+    sentence: str
+    data: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _monotone_up(xs: list[float]) -> bool:
+    return all(b >= a for a, b in zip(xs, xs[1:], strict=False)) and xs[-1] > xs[0]
+
+
+def contamination(series: list[float], acceptance: list[float] | None = None, protocol: str = "fresh-container",
+                  ratio: float = CLIMB_RATIO) -> Verdict:
+    """Throughput in execution order within one cell: a monotone climb above `ratio` suggests warm caches.
+
+    Acceptance rates (accepted/predicted) climbing by ACCEPT_CLIMB are flagged too: on a compute-bound machine
+    the draft counts climb even when the throughput does not."""
+    data: dict[str, Any] = {"series": series, "acceptance": acceptance or [], "protocol": protocol}
+    reasons = []
+    if len(series) >= 2 and series[0] > 0 and _monotone_up(series) and series[-1] / series[0] > ratio:
+        reasons.append(f"throughput climbed {series[-1] / series[0]:.2f}x from the first run to the last")
+    acc = [a for a in (acceptance or []) if a is not None]
+    if len(acc) >= 2 and _monotone_up(acc) and acc[-1] - acc[0] >= ACCEPT_CLIMB:
+        reasons.append(f"acceptance climbed from {acc[0]:.0%} to {acc[-1]:.0%}")
+    naive = protocol == "reuse-server"
+    if reasons:
+        sentence = "warm-cache contamination suspected: " + "; ".join(reasons)
+        if naive:
+            sentence += " (naive protocol: one server for every run)"
+        return Verdict("contamination", True, sentence, data)
+    if naive:
+        return Verdict("contamination", True, "naive protocol: one server for every run, caches carried over", data)
+    return Verdict("contamination", False, "no run-over-run climb", data)
+
+
+def roofline_passes_per_s(bandwidth_gbs: float, weight_bytes: int) -> float:
+    """Target forward passes per second the memory bandwidth allows: every pass reads every weight once."""
+    return bandwidth_gbs * 1e9 / weight_bytes
+
+
+def tokens_per_pass(predicted_n: int, draft_n_accepted: int) -> float | None:
+    """Tokens produced per target forward pass: each pass yields one token plus the drafts it accepted."""
+    passes = predicted_n - draft_n_accepted
+    return predicted_n / passes if passes > 0 else None
+
+
+def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes: int, baseline: bool,
+            bandwidth_source: str = "published") -> Verdict:
+    """Is a throughput possible? A baseline above the roofline, or implied passes/s above it, is not."""
+    ceiling = roofline_passes_per_s(bandwidth_gbs, weight_bytes)
+    per_pass = 1.0 if baseline or not tpp else tpp
+    implied = tok_s / per_pass
+    fraction = implied / ceiling
+    data = {"tok_s": tok_s, "tokens_per_pass": per_pass, "implied_passes_s": round(implied, 3),
+            "ceiling_passes_s": round(ceiling, 3), "fraction": round(fraction, 4), "bandwidth_gbs": bandwidth_gbs,
+            "bandwidth_source": bandwidth_source, "weight_bytes": weight_bytes}
+    if implied > ceiling:
+        return Verdict("physics", True, f"physically impossible: implies {implied:,.1f} passes/s, ceiling "
+                       f"{ceiling:,.1f} ({bandwidth_gbs:g} GB/s {bandwidth_source} / "
+                       f"{weight_bytes / 1e9:.3g} GB of weights)", data)
+    what = "of the roofline" if baseline else "of the roofline in target passes"
+    return Verdict("physics", False, f"{fraction:.0%} {what} ({implied:,.1f} of {ceiling:,.1f} passes/s)", data)
+
+
+def margin_rank(margins: list[float | None], index: int) -> int | None:
+    """Rank of margins[index] among the sequence's margins, 1 = the narrowest."""
+    m = margins[index] if 0 <= index < len(margins) else None
+    if m is None:
+        return None
+    return 1 + sum(1 for x in margins if x is not None and x < m)
+
+
+def first_divergence(baseline_tokens: list[int], tokens: list[int]) -> int | None:
+    """Index of the first differing token, or None when one sequence is the other (or equal)."""
+    for i, (a, b) in enumerate(zip(baseline_tokens, tokens, strict=False)):
+        if a != b:
+            return i
+    if len(baseline_tokens) != len(tokens):
+        return min(len(baseline_tokens), len(tokens))
+    return None
+
+
+def determinism(baseline: dict[str, Any], other: dict[str, Any], probs: dict[str, Any] | None) -> Verdict:
+    """Byte match of one strategy's output against the baseline's at temperature 0; where it diverges, the
+    first divergent token, the baseline's top-2 logprob margin there and its rank among the narrowest."""
+    same = baseline["sha256"] == other["sha256"]
+    data: dict[str, Any] = {"identical": same}
+    if same:
+        return Verdict("determinism", False, "byte-identical to the baseline", data)
+    idx = first_divergence(baseline.get("tokens") or [], other.get("tokens") or [])
+    data["first_divergent_token"] = idx
+    if idx is None:
+        return Verdict("determinism", True, "output differs from the baseline (no token ids to locate it)", data)
+    positions = (probs or {}).get("positions") or []
+    margins = [p.get("margin") for p in positions]
+    ids_match = [p.get("id") for p in positions][: len(baseline.get("tokens") or [])] == \
+        (baseline.get("tokens") or [])[: len(positions)]
+    data["baseline_token"] = positions[idx].get("token") if idx < len(positions) else None
+    data["other_token_id"] = (other.get("tokens") or [None] * (idx + 1))[idx] if idx < len(other.get("tokens") or []) \
+        else None
+    if idx < len(margins) and margins[idx] is not None and ids_match:
+        rank = margin_rank(margins, idx)
+        data.update(margin=margins[idx], margin_rank=rank, positions=len(margins))
+        return Verdict("determinism", True, f"diverges at token {idx}: baseline top-2 margin {margins[idx]:.3f}, "
+                       f"the {_ordinal(rank)} narrowest of {len(margins)}", data)
+    return Verdict("determinism", True, f"diverges at token {idx} (no baseline margin recorded there)", data)
+
+
+def _ordinal(n: int | None) -> str:
+    if n is None:
+        return "?"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None

@@ -1,0 +1,167 @@
+"""specbench-kit tasks. Each task parses its flags, calls one function of `harness`, and prints.
+
+    invoke build run report            # the demo manifest, locally
+    invoke --help run                  # every flag of a task
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+from harness import KitError
+
+
+def _cfg(c, key: str, default=None):
+    sb = c.config.get("specbench", {}) or {}
+    return sb.get(key, default)
+
+
+def _manifest_path(c, manifest: str | None) -> Path:
+    return Path(manifest or _cfg(c, "manifest", "manifests/demo-cpu.yaml"))
+
+
+def _split(values) -> list[str] | None:
+    if not values:
+        return None
+    out: list[str] = []
+    for v in values if isinstance(values, list | tuple) else [values]:
+        out += [x.strip() for x in str(v).split(",") if x.strip()]
+    return out or None
+
+
+def kit_errors(fn):
+    """Print KitError as one line and exit 1; Ctrl-C exits 130 after the task has cleaned up."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KitError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise Exit(code=1) from None
+        except KeyboardInterrupt:
+            print("\ninterrupted", file=sys.stderr)
+            raise Exit(code=130) from None
+    return wrapper
+
+
+@task(help={
+    "manifest": "manifest YAML (default: invoke.yaml's specbench.manifest, the CPU demo)",
+    "strict": "also refuse unpinned fields (model sha256, prompt sha256, source commit) needed to share it",
+})
+@kit_errors
+def validate(c, manifest=None, strict=False):
+    """Validate a manifest and print its plan (strategies x tasks x runs, models with sizes)."""
+    from harness import manifest as mf
+    from harness import validation
+
+    m = mf.load(_manifest_path(c, manifest))
+    print(validation.describe(m, Path(_cfg(c, "models", "models")), strict=strict))
+
+
+@task(help={
+    "manifest": "manifest YAML (default: the CPU demo)",
+    "models_dir": "folder the model files live in (default: invoke.yaml's specbench.models)",
+    "no_download": "only generate/verify; do not fetch from Hugging Face",
+})
+@kit_errors
+def models(c, manifest=None, models_dir=None, no_download=False):
+    """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
+    from harness import manifest as mf
+    from harness import models as md
+
+    m = mf.load(_manifest_path(c, manifest))
+    paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
+    for key, p in paths.items():
+        from harness.manifest import file_sha256
+
+        print(f"{key:10} {p}  {p.stat().st_size / 1e6:.1f} MB  sha256 {file_sha256(p)}")
+
+
+@task(help={
+    "manifest": "manifest YAML (default: the CPU demo)",
+    "backend": "cpu or cuda (default: the manifest's build.backend)",
+    "force": "rebuild even when an image of the same source, flags and recipe exists",
+    "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first)",
+    "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
+    "jobs": "parallel compile jobs (default: all cores)",
+})
+@kit_errors
+def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None):
+    """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
+    import json
+
+    from harness import build as bd
+    from harness import engine
+    from harness import manifest as mf
+
+    m = mf.load(_manifest_path(c, manifest))
+    if plan:
+        tree = bd.describe_source(m, prefer=source)
+        print(json.dumps(bd.plan(m, tree, backend).as_dict(), indent=2))
+        return
+    client = engine.connect()
+    rec = bd.build(client, m, backend=backend, force=force, prefer=source, jobs=int(jobs) if jobs else None)
+    what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
+    print(f"image {rec['tag']} ({rec['image_id'][:19]}, {what})")
+    print(f"  {rec['server_version'].splitlines()[-1] if rec['server_version'] else ''}")
+
+
+@task(iterable=["strategy", "task_id"], help={
+    "manifest": "manifest YAML (default: the CPU demo)",
+    "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
+    "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
+    "strategy": "only these strategies (repeat or comma-separate)",
+    "task_id": "only these tasks (repeat or comma-separate)",
+    "runs": "runs per cell (default: the manifest's runs)",
+    "reuse_server": "the NAIVE protocol on purpose: one server per strategy, caches carry over (labelled so)",
+    "seed": "shuffle seed for the round order (default: random, recorded)",
+    "no_progress": "plain log lines instead of a progress bar",
+    "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
+    "results": "results folder (default: invoke.yaml's specbench.results)",
+})
+@kit_errors
+def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
+        seed=None, no_progress=False, models_dir=None, results=None):
+    """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
+    from harness import session
+
+    out = session.run(
+        _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
+        models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
+        strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
+        reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress)
+    print(out)
+
+
+@task(positional=["run_dir"], iterable=["run_dir"], help={
+    "run_dir": "run folder(s) to report (default: the newest under the results folder)",
+    "out": "where to write the Markdown report (default: invoke.yaml's specbench.report, RESULTS.md)",
+    "no_plot": "skip the PNG plot",
+})
+@kit_errors
+def report(c, run_dir=None, out=None, no_plot=False):
+    """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
+    from harness import report as rp
+
+    dirs = [Path(d) for d in run_dir] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
+    written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
+    for p in written:
+        print(f"wrote {p}")
+
+
+@task(help={"run_id": "only containers of this run (default: every container the kit labelled)"})
+@kit_errors
+def clean(c, run_id=None):
+    """Remove containers the kit started and left behind (after a crash or a lost connection)."""
+    from harness import engine
+
+    eng = engine.LocalEngine()
+    left = eng.kit_containers(run_id)
+    for ctr in left:
+        eng.remove(ctr)
+        print(f"removed {ctr.short_id} ({ctr.labels.get('specbench.run')} {ctr.labels.get('specbench.strategy')})")
+    print(f"{len(left)} container(s) removed")

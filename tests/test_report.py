@@ -1,0 +1,76 @@
+"""invoke report on a real demo run, and on partial, empty and wrong folders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from harness import KitError, schema
+from harness import report as rp
+from harness.results import RunDir
+from harness.summary import summarize
+
+
+@pytest.mark.image
+def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo_run, tmp_path):
+    out = tmp_path / "RESULTS.md"
+    rp.write([demo_run], out)
+    text = out.read_text()
+    summary = json.loads((demo_run / "summary.json").read_text())
+    assert schema.errors("summary", summary) == []
+    for s in ("baseline", "draft-simple", "ngram-mod", "ngram-simple"):
+        assert s in text
+    for t in ("zh-prose", "en-prose", "code-gen", "code-edit", "json-out", "reasoning", "translate", "long-ctx"):
+        assert f"| {t} " in text
+    # every median in the throughput table is the summary's
+    for c in summary["cells"]:
+        assert f"{c['decode_tok_s']['median']:,.2f} ±" in text
+        if c["strategy"] != "baseline":
+            assert c["speedup"] is not None and f"({c['speedup']:.2f}x)" in text
+    assert "one fresh container per measurement" in text
+    assert "of the roofline" in text or "⚠ impossible" in text
+    assert "tasks byte-identical to the baseline" in text
+    assert "Acceptance is not comparable across drafter architectures" in text
+    assert (demo_run / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot.png)" in text
+
+
+@pytest.mark.image
+def test_regenerating_gives_the_same_bytes(demo_run, tmp_path):
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    rp.write([demo_run], a)
+    s1, p1 = (demo_run / "summary.json").read_bytes(), (demo_run / "plot.png").read_bytes()
+    rp.write([demo_run], b)
+    assert a.read_bytes() == b.read_bytes()
+    assert (demo_run / "summary.json").read_bytes() == s1 and (demo_run / "plot.png").read_bytes() == p1
+
+
+@pytest.mark.image
+def test_partial_run_names_missing_cells(demo_run, tmp_path):
+    part = tmp_path / "partial"
+    shutil.copytree(demo_run, part)
+    lines = (part / "measurements.jsonl").read_text().splitlines()
+    kept = [ln for ln in lines if json.loads(ln)["strategy"] != "ngram-simple"][:40]
+    (part / "measurements.jsonl").write_text("\n".join(kept) + "\n")
+    summary = summarize(RunDir.open(part))
+    missing = {(m["strategy"], m["task"]) for m in summary["missing"]}
+    assert ("ngram-simple", "code-gen") in missing
+    out = tmp_path / "R.md"
+    rp.write([part], out)
+    text = out.read_text()
+    assert "### Missing cells" in text and "ngram-simple / code-gen: 0 of 2 runs recorded" in text
+    # empty run folder: a report of nothing, every cell missing
+    (part / "measurements.jsonl").write_text("")
+    rp.write([part], out)
+    assert "0 ok, 0 failed of 64 planned" in out.read_text()
+
+
+def test_not_a_run_folder(tmp_path):
+    with pytest.raises(KitError, match=r"not a run folder \(no run.json\)"):
+        rp.write([tmp_path], tmp_path / "R.md")
+    with pytest.raises(KitError, match="no such run folder"):
+        rp.write([tmp_path / "nope"], tmp_path / "R.md")
+    with pytest.raises(KitError, match="no run folders under"):
+        rp.latest_run(tmp_path)

@@ -1,0 +1,169 @@
+"""invoke run against the real engine: real containers, real llama-server, tiny real models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from harness import ROOT, schema, session
+from harness import manifest as mf
+from harness.engine import LocalEngine
+from harness.results import RunDir
+from tests.conftest import DEMO, write_manifest
+
+pytestmark = pytest.mark.image
+
+
+def _records(run_dir):
+    return RunDir.open(run_dir).measurements()
+
+
+def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
+    recs = _records(demo_run)
+    assert len(recs) == 4 * 8 * 2
+    for r in recs:
+        assert schema.errors("result", r) == []
+        assert r["status"] == "ok", r.get("failure")
+        assert r["client"]["decode_tok_s"] > 0 and r["server"]["predicted_per_second"] > 0
+        assert r["server"]["predicted_n"] == demo_manifest.task(r["task"]).n_predict
+        assert r["protocol"] == "fresh-container"
+        assert r["server_command"][r["server_command"].index("--host") + 1] == "127.0.0.1"
+    for s in ("draft-simple", "ngram-mod", "ngram-simple"):
+        drafted = sum(r["server"]["draft_n"] for r in recs if r["strategy"] == s)
+        assert drafted > 0, f"{s} drafted nothing"
+    assert sum(r["server"]["draft_n_accepted"] for r in recs if r["strategy"] == "draft-simple") > 0
+    base = [r for r in recs if r["strategy"] == "baseline"]
+    assert all(len(r["probs"]["positions"]) == r["server"]["predicted_n"] for r in base)
+    assert all("probs" not in r for r in recs if r["strategy"] != "baseline")
+    meta = RunDir.open(demo_run).read_meta()
+    assert meta["status"] == "complete" and meta["plan"]["shuffle_seed"] == 1234
+    assert meta["manifest"]["sha256"] == demo_manifest.sha256
+    assert meta["environment"]["local"]["docker_version"]
+
+
+def test_every_measurement_in_its_own_container_and_none_left(demo_run, docker_client):
+    recs = _records(demo_run)
+    ids = [r["container_id"] for r in recs]
+    assert len(set(ids)) == len(ids)
+    left = docker_client.containers.list(all=True, filters={"label": "specbench.run=demo-run"})
+    assert left == []
+
+
+def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
+    recs = sorted(_records(demo_run), key=lambda r: r["order"])
+    rounds = {}
+    for r in recs:
+        rounds.setdefault(r["round"], []).append(f"{r['strategy']}/{r['task']}")
+    assert set(rounds) == {1, 2}
+    assert sorted(rounds[1]) == sorted(rounds[2]) and len(rounds[1]) == 32
+    assert rounds[1] != rounds[2]
+    # a round finishes before the next begins
+    assert [r["round"] for r in recs] == sorted(r["round"] for r in recs)
+
+
+def _trap_manifest(tmp_path, runs=3):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["strategies"] = [s for s in raw["strategies"] if s["id"] == "ngram-mod"]
+    raw["tasks"] = [{"id": "code-edit", "prompt_file": "tasks/code-edit.md", "n_predict": 256}]
+    raw["runs"] = runs
+    return write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "trap.yaml")
+
+
+def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_image, models_dir):
+    path = _trap_manifest(tmp_path)
+    session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="naive", reuse_server=True,
+                seed=1, progress=False, log=lambda s: None)
+    session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="fresh", seed=1, progress=False,
+                log=lambda s: None)
+    naive = sorted(_records(tmp_path / "r" / "naive"), key=lambda r: r["order"])
+    fresh = sorted(_records(tmp_path / "r" / "fresh"), key=lambda r: r["order"])
+    assert len({r["container_id"] for r in naive}) == 1 and len({r["container_id"] for r in fresh}) == 3
+    nd = [r["server"]["draft_n"] for r in naive]
+    fd = [r["server"]["draft_n"] for r in fresh]
+    na = [r["server"]["draft_n_accepted"] for r in naive]
+    # the server's n-gram table carries over: the second identical request drafts far more
+    assert nd[1] > 2 * nd[0], (nd, na)
+    # fresh containers: every run starts cold, the draft counts are the same each time
+    assert len(set(fd)) == 1 and fd[0] == nd[0], (fd, nd)
+    assert all(r["protocol"] == "reuse-server" for r in naive)
+    from harness.summary import summarize
+
+    naive_cell = summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"][0]
+    fresh_cell = summarize(RunDir.open(tmp_path / "r" / "fresh"))["cells"][0]
+    assert naive_cell["checks"]["contamination"]["flagged"]
+    assert "naive protocol" in naive_cell["checks"]["contamination"]["sentence"]
+    assert not fresh_cell["checks"]["contamination"]["flagged"]
+
+
+def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, models_dir):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["models"]["foreign"] = {"file": "tiny-foreign.gguf", "generate": {"kind": "tiny-foreign", "seed": 7}}
+    raw["models"]["absent"] = {"file": "/nonexistent/absent.gguf"}
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"},
+                         {"id": "foreign", "spec_type": "draft-simple", "draft": "foreign"}]
+    raw["tasks"] = raw["tasks"][:1]
+    raw["runs"] = 1
+    p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "foreign.yaml")
+    t0 = time.monotonic()
+    out = session.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="foreign", progress=False,
+                      log=lambda s: None)
+    assert time.monotonic() - t0 < 60
+    recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "foreign")}
+    assert recs["baseline"]["status"] == "ok"
+    f = recs["foreign"]
+    assert f["status"] == "failed" and f["failure"]["phase"] == "load"
+    assert "server exited during load" in f["failure"]["reason"] and f["failure"]["log_tail"]
+    assert "1 ok, 1 failed" in out
+    assert LocalEngine().kit_containers("foreign") == []
+
+
+def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["tasks"] = raw["tasks"][:3]
+    raw["runs"] = 2
+    p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "int.yaml")
+    env = dict(os.environ, SPECBENCH_MODELS=str(models_dir), PYTHONUNBUFFERED="1")
+    args = [sys.executable, "-m", "invoke", "-r", str(ROOT), "run", "--manifest", str(p), "--results",
+            str(tmp_path / "r"), "--models-dir", str(models_dir), "--run-id", "int", "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    mfile = tmp_path / "r" / "int" / "measurements.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if mfile.exists() and len(mfile.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    assert "resume with `invoke run --resume int`" in out
+    first = _records(tmp_path / "r" / "int")
+    assert 5 <= len(first) < 24
+    assert LocalEngine().kit_containers("int") == []
+    assert RunDir.open(tmp_path / "r" / "int").read_meta()["status"] == "interrupted"
+    res = subprocess.run([*args[:-3], "--resume", "int", "--no-progress"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(first)} already recorded" in res.stdout
+    final = _records(tmp_path / "r" / "int")
+    ids = [r["measurement_id"] for r in final]
+    assert len(ids) == 4 * 3 * 2 == len(set(ids))
+    assert [r["measurement_id"] for r in final[: len(first)]] == [r["measurement_id"] for r in first]
+    assert sorted(r["order"] for r in final) == list(range(24))
+    assert LocalEngine().kit_containers("int") == []
+    assert json.loads((tmp_path / "r" / "int" / "run.json").read_text())["status"] == "complete"
+
+
+def test_run_without_image_or_with_unknown_names(tmp_path, models_dir):
+    from harness import KitError
+
+    with pytest.raises(KitError, match="--strategies: nope not in the manifest"):
+        from harness.runner import make_plan
+
+        make_plan(mf.load(DEMO), ["local"], strategies=["nope"])
