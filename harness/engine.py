@@ -3,6 +3,7 @@ one reached over SSH (harness/remote.py). Measurement code sees only `Engine`.""
 
 from __future__ import annotations
 
+import http.client
 import os
 import platform
 import shutil
@@ -35,6 +36,22 @@ def connect(base_url: str | None = None, timeout: int = 600, **kwargs: Any) -> d
         raise KitError(f"no Docker engine answers at {where} ({reason}); {DOCKER_HINT}") from None
 
 
+class Endpoint:
+    """How this process reaches a llama-server bound to 127.0.0.1:port on the engine's host."""
+
+    via = "loopback"
+
+    def __init__(self, port: int):
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+
 @dataclass
 class Mount:
     host_path: Path
@@ -46,6 +63,8 @@ class Engine:
 
     #: The host label recorded with every measurement.
     name: str = "local"
+    #: Errors that mean "the server is not listening yet" on this engine's way of reaching it.
+    transient_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, client: docker.DockerClient):
         self.client = client
@@ -57,12 +76,9 @@ class Engine:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
-    def server_url(self, port: int) -> str:
-        """The URL this process uses to reach a server bound to 127.0.0.1:port on the engine's host."""
-        return f"http://127.0.0.1:{port}"
-
-    def release_port(self, port: int) -> None:
-        """Undo whatever server_url set up (the remote engine closes its tunnel)."""
+    def endpoint(self, port: int) -> Endpoint:
+        """How to reach a server bound to 127.0.0.1:port on the engine's host."""
+        return Endpoint(port)
 
     # -- containers
     def start_server(self, image: str, command: list[str], mounts: list[Mount], labels: dict[str, str],

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.engine import Engine, Mount
+from harness.engine import Endpoint, Engine, Mount
 from harness.manifest import Manifest, Strategy, Task
 
 MODELS_MOUNT = "/models"
@@ -64,15 +64,8 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
 # ---------------------------------------------------------------- HTTP
 
 
-def _split(url: str) -> tuple[str, int]:
-    hostport = url.split("://", 1)[1].rstrip("/")
-    host, port = hostport.rsplit(":", 1)
-    return host, int(port)
-
-
-def get_status(url: str, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    host, port = _split(url)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+def get_status(endpoint: Endpoint, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    conn = endpoint.connection(timeout)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -81,17 +74,17 @@ def get_status(url: str, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
         conn.close()
 
 
-def wait_ready(engine: Engine, container, url: str, timeout_s: float) -> float:
+def wait_ready(engine: Engine, container, endpoint: Endpoint, timeout_s: float) -> float:
     """Poll /health until 200; return seconds waited. Fails early with the log tail if the container exits."""
     start = time.monotonic()
     next_status_check = start
     while True:
         now = time.monotonic()
         try:
-            status, _ = get_status(url, "/health", timeout=1.0)
+            status, _ = get_status(endpoint, "/health", timeout=1.0)
             if status == 200:
                 return time.monotonic() - start
-        except (TimeoutError, ConnectionError, http.client.HTTPException, OSError):
+        except (TimeoutError, ConnectionError, http.client.HTTPException, OSError, *engine.transient_errors):
             pass
         if now >= next_status_check:
             state = engine.status(container)
@@ -108,11 +101,16 @@ def wait_ready(engine: Engine, container, url: str, timeout_s: float) -> float:
 
 
 def last_error_line(log: str) -> str:
-    """The most telling line of a server log: the last one that mentions an error, else the last line."""
+    """The telling part of a server log: its first and last error lines (llama.cpp marks them ' E '),
+    else the last line that mentions an error, else the last line."""
     lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    marked = [ln for ln in lines if " E " in f" {ln} "[:40]]
+    if marked:
+        first, last = marked[0][:200], marked[-1][:200]
+        return first if first == last else f"{first} ... {last}"
     for ln in reversed(lines):
         low = ln.lower()
-        if "error" in low or "failed" in low or "not compatible" in low or "abort" in low:
+        if "error" in low or "failed" in low or "abort" in low:
             return ln[:300]
     return lines[-1][:300] if lines else "(no log output)"
 
@@ -153,14 +151,14 @@ def chat_to_prompt_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def stream_completion(url: str, body: dict[str, Any], timeout_s: float, endpoint: str = "completion") -> StreamResult:
+def stream_completion(server: Endpoint, body: dict[str, Any], timeout_s: float,
+                      endpoint: str = "completion") -> StreamResult:
     """POST a streamed completion; timestamps are taken as chunks arrive."""
-    host, port = _split(url)
     path = "/completion" if endpoint == "completion" else "/v1/chat/completions"
     if endpoint == "chat":
         body = chat_to_prompt_body(body)
     payload = json.dumps(body).encode("utf-8")
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    conn = server.connection(timeout_s)
     text_parts: list[str] = []
     tokens: list[int] = []
     chunks = 0
@@ -227,10 +225,9 @@ def _chunk_content(obj: dict[str, Any], endpoint: str) -> tuple[str, list[int]]:
     return delta.get("content") or "", []
 
 
-def token_probs(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def token_probs(server: Endpoint, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Untimed request with n_probs=2: per position the chosen token and the top-2 logprobs (baseline only)."""
-    host, port = _split(url)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    conn = server.connection(timeout_s)
     try:
         conn.request("POST", "/completion", body=json.dumps(body).encode(),
                      headers={"Content-Type": "application/json"})
@@ -273,10 +270,10 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def run_request(manifest: Manifest, task: Task, url: str, with_probs: bool) -> dict[str, Any]:
+def run_request(manifest: Manifest, task: Task, server: Endpoint, with_probs: bool) -> dict[str, Any]:
     """The timed request (and for the baseline, the untimed probability request) against a ready server."""
     prompt = task.prompt()
-    res = stream_completion(url, request_body(manifest, task, prompt, stream=True), manifest.request_timeout_s,
+    res = stream_completion(server, request_body(manifest, task, prompt, stream=True), manifest.request_timeout_s,
                             manifest.endpoint)
     timings = res.final.get("timings", {})
     predicted_n = int(timings.get("predicted_n", len(res.tokens) or res.chunks))
@@ -297,7 +294,7 @@ def run_request(manifest: Manifest, task: Task, url: str, with_probs: bool) -> d
                    "stop_type": res.final.get("stop_type")},
     }
     if with_probs:
-        out["probs"] = token_probs(url, request_body(manifest, task, prompt, stream=False, n_probs=2),
+        out["probs"] = token_probs(server, request_body(manifest, task, prompt, stream=False, n_probs=2),
                                    manifest.request_timeout_s)
     return out
 
@@ -323,7 +320,7 @@ class Server:
         self.spec = server_spec(manifest, strategy, model_paths, image, self.port, backend)
         self.labels = labels
         self.container = None
-        self.url = ""
+        self.url: Endpoint | None = None
         self.start_s = 0.0
         self.load_s = 0.0
 
@@ -336,7 +333,7 @@ class Server:
             raise MeasurementFailed(str(e), phase="start") from None
         t1 = time.monotonic()
         self.start_s = t1 - t0
-        self.url = self.engine.server_url(self.port)
+        self.url = self.engine.endpoint(self.port)
         self.load_s = wait_ready(self.engine, self.container, self.url, self.manifest.load_timeout_s)
         return self
 
@@ -351,7 +348,6 @@ class Server:
     def __exit__(self, *exc: Any) -> None:
         if self.container is not None:
             self.engine.remove(self.container)
-        self.engine.release_port(self.port)
 
 
 def measure(engine: Engine, manifest: Manifest, strategy: Strategy, task: Task, model_paths: dict[str, Path],

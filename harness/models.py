@@ -24,7 +24,7 @@ TARGET_LAYERS = 4
 EMBED = 256
 FF = 512
 HEADS = 4
-CTX = 4096
+CTX = 16384
 
 #: Word pieces of the tiny vocabulary (SentencePiece style, U+2581 marks a leading space).
 _WORDS = (
@@ -215,5 +215,5 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
             actual = file_sha256(p)
             if actual != m.sha256:
                 raise KitError(f"models.{m.key}: {p} has sha256 {actual}, the manifest pins {m.sha256}")
-        out[m.key] = p
+        out[m.key] = p.resolve()
     return out

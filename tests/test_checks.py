@@ -14,6 +14,8 @@ def test_climbing_series_is_flagged_and_flat_is_not():
     assert not flat.flagged and flat.sentence == "no run-over-run climb"
     # a rise that is not monotone is noise, not a climb
     assert not checks.contamination([10.0, 14.0, 9.0, 13.0]).flagged
+    # two runs are not a series
+    assert not checks.contamination([10.0, 13.0]).flagged
 
 
 def test_acceptance_climb_is_flagged_even_when_throughput_is_flat():

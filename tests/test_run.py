@@ -88,8 +88,8 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     nd = [r["server"]["draft_n"] for r in naive]
     fd = [r["server"]["draft_n"] for r in fresh]
     na = [r["server"]["draft_n_accepted"] for r in naive]
-    # the server's n-gram table carries over: the second identical request drafts far more
-    assert nd[1] > 2 * nd[0], (nd, na)
+    # the server's n-gram table carries over: the second identical request drafts and accepts far more
+    assert nd[1] > 1.4 * nd[0] and na[1] > 1.3 * na[0], (nd, na)
     # fresh containers: every run starts cold, the draft counts are the same each time
     assert len(set(fd)) == 1 and fd[0] == nd[0], (fd, nd)
     assert all(r["protocol"] == "reuse-server" for r in naive)
@@ -104,24 +104,25 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
 
 def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["models"]["foreign"] = {"file": "tiny-foreign.gguf", "generate": {"kind": "tiny-foreign", "seed": 7}}
-    raw["models"]["absent"] = {"file": "/nonexistent/absent.gguf"}
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "broken.gguf").write_bytes(b"GGUF" + b"\0" * 60)
+    raw["models"]["broken"] = {"file": "broken/broken.gguf"}
     raw["strategies"] = [{"id": "baseline", "spec_type": "none"},
-                         {"id": "foreign", "spec_type": "draft-simple", "draft": "foreign"}]
+                         {"id": "broken", "spec_type": "draft-simple", "draft": "broken"}]
     raw["tasks"] = raw["tasks"][:1]
     raw["runs"] = 1
-    p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "foreign.yaml")
+    p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "broken.yaml")
     t0 = time.monotonic()
-    out = session.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="foreign", progress=False,
+    out = session.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="broken", progress=False,
                       log=lambda s: None)
     assert time.monotonic() - t0 < 60
-    recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "foreign")}
+    recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "broken")}
     assert recs["baseline"]["status"] == "ok"
-    f = recs["foreign"]
-    assert f["status"] == "failed" and f["failure"]["phase"] == "load"
+    f = recs["broken"]
+    assert f["status"] == "failed" and f["failure"]["phase"] == "load", f
     assert "server exited during load" in f["failure"]["reason"] and f["failure"]["log_tail"]
     assert "1 ok, 1 failed" in out
-    assert LocalEngine().kit_containers("foreign") == []
+    assert LocalEngine().kit_containers("broken") == []
 
 
 def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):

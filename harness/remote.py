@@ -1,0 +1,259 @@
+"""The remote engine: a Docker engine on another host (a headless Spark), reached over one SSH connection.
+
+Design notes
+- Docker over SSH: the Docker SDK runs over the Fabric Connection's own paramiko transport. Each HTTP connection
+  of the SDK is an SSH session that execs `docker system dial-stdio` on the host (what `docker -H ssh://` does).
+  Chosen over running `docker` commands through `Connection.run` because every operation of the local engine
+  (containers, builds, image imports, logs, stats) then runs unchanged, with the API's structured answers rather
+  than parsed CLI text; and over the SDK's own `ssh://` transport because that opens a second connection with its
+  own key lookup and host-key handling, while this one is the Connection the user configured (host, user, port,
+  key, known_hosts) and the one the tunnels use.
+- The server's port: every HTTP connection to llama-server is a `direct-tcpip` channel on that transport to
+  127.0.0.1:port on the host, i.e. an SSH tunnel (what `Connection.forward_local` opens for each accepted socket).
+  llama-server stays bound to 127.0.0.1 on the host and is never exposed on the network. forward_local's own
+  listener thread is not used: it dies on the first refused channel, which the /health poll causes while the
+  model is still loading.
+- Host keys are checked: unknown keys are rejected (Fabric would accept them), known_hosts is loaded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import shlex
+import threading
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from docker.transport.basehttpadapter import BaseHTTPAdapter
+from docker.transport.sshconn import SSHHTTPAdapter
+from fabric import Connection
+from invoke.exceptions import CommandTimedOut, UnexpectedExit
+
+import docker
+from harness import KitError
+from harness.engine import Endpoint, Engine
+
+DOCKER_API_MIN = "1.24"
+
+
+def host_label(conn: Connection) -> str:
+    port = f":{conn.port}" if conn.port != 22 else ""
+    return f"{conn.user}@{conn.host}{port}"
+
+
+def open_connection(spec: str, *, port: int | None = None, key_filename: str | None = None,
+                    known_hosts: str | None = None, connect_timeout: float = 15) -> Connection:
+    """An open Fabric Connection to `spec` (user@host[:port] or an ssh config alias) with host keys checked."""
+    connect_kwargs: dict[str, Any] = {}
+    if key_filename:
+        connect_kwargs.update(key_filename=[str(key_filename)], look_for_keys=False, allow_agent=False)
+    conn = Connection(spec, port=port, connect_timeout=connect_timeout, connect_kwargs=connect_kwargs)
+    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        conn.client.load_system_host_keys()
+    except OSError:
+        pass
+    if known_hosts:
+        try:
+            conn.client.load_host_keys(str(known_hosts))
+        except OSError as e:
+            raise KitError(f"{spec}: cannot read known_hosts file {known_hosts}: {e.strerror or e}") from None
+    label = f"{conn.user}@{conn.host}:{conn.port}"
+    hostport = conn.host if conn.port == 22 else f"[{conn.host}]:{conn.port}"
+    try:
+        conn.open()
+    except paramiko.BadHostKeyException:
+        raise KitError(f"{label}: host key does not match known_hosts: refusing to connect (if the host was "
+                       f"reinstalled, remove its line with `ssh-keygen -R '{hostport}'` and check the new key)"
+                       ) from None
+    except paramiko.AuthenticationException as e:
+        raise KitError(f"{label}: authentication failed ({e}); check the key (--ssh-key) and that its public part "
+                       f"is in the host's authorized_keys") from None
+    except paramiko.SSHException as e:
+        if "not found in known_hosts" in str(e):
+            raise KitError(f"{label}: unknown host key: refusing to connect; after checking its fingerprint, add it "
+                           f"with `ssh-keyscan -p {conn.port} {conn.host} >> ~/.ssh/known_hosts` "
+                           f"(or --known-hosts FILE)") from None
+        raise KitError(f"{label}: SSH failed: {e}") from None
+    except paramiko.ssh_exception.NoValidConnectionsError:
+        raise KitError(f"{label}: connection refused (is sshd running and listening on port {conn.port}?)") from None
+    except TimeoutError:
+        raise KitError(f"{label}: no answer within {connect_timeout:g} s (host down or port filtered?)") from None
+    except OSError as e:
+        raise KitError(f"{label}: cannot connect: {e.strerror or e}") from None
+    return conn
+
+
+class _ConnectionAdapter(SSHHTTPAdapter):
+    """The Docker SDK's SSH adapter, on an already open Fabric Connection instead of a client of its own."""
+
+    def __init__(self, conn: Connection, timeout: int):
+        from docker.constants import DEFAULT_MAX_POOL_SIZE, DEFAULT_NUM_POOLS
+        from docker.transport.sshconn import RecentlyUsedContainer
+
+        self.conn = conn
+        self.ssh_client = conn.client
+        self.ssh_params: dict[str, Any] = {}
+        self.ssh_host = conn.host
+        self.timeout = timeout
+        self.max_pool_size = DEFAULT_MAX_POOL_SIZE
+        self.pools = RecentlyUsedContainer(DEFAULT_NUM_POOLS, dispose_func=lambda p: p.close())
+        BaseHTTPAdapter.__init__(self)
+
+    def _connect(self) -> None:
+        self.conn.open()
+
+    def close(self) -> None:
+        self.pools.clear()  # the Connection is closed by its owner
+
+
+def docker_over(conn: Connection, timeout: int = 600) -> docker.DockerClient:
+    """A Docker SDK client whose API calls travel over `conn` (see the module's design notes)."""
+    client = docker.DockerClient(base_url="unix:///nonexistent.sock", version=DOCKER_API_MIN, timeout=timeout)
+    api = client.api
+    api.mount("http+docker://ssh", _ConnectionAdapter(conn, timeout))
+    api._unmount("http://", "https://")
+    api.base_url = "http+docker://ssh"
+    try:
+        api._version = api._retrieve_server_version()
+    except docker.errors.DockerException as e:
+        raise KitError(f"{host_label(conn)}: no Docker engine answers over SSH ({str(e).split('(')[0].strip()}); "
+                       "install Docker there and make sure this user may use it (group docker)") from None
+    return client
+
+
+class _ChannelHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a direct-tcpip channel to 127.0.0.1:port on the remote host."""
+
+    def __init__(self, endpoint: TunnelEndpoint, timeout: float):
+        super().__init__("127.0.0.1", endpoint.port, timeout=timeout)
+        self._endpoint = endpoint
+
+    def connect(self) -> None:
+        transport = self._endpoint.conn.transport
+        if transport is None or not transport.is_active():
+            raise ConnectionError("the SSH connection is down")
+        channel = transport.open_channel("direct-tcpip", ("127.0.0.1", self._endpoint.port), ("127.0.0.1", 0),
+                                         timeout=self.timeout)
+        channel.settimeout(self.timeout)
+        self._endpoint.count()
+        self.sock = channel
+
+
+class TunnelEndpoint(Endpoint):
+    via = "ssh-tunnel"
+
+    def __init__(self, conn: Connection, port: int):
+        super().__init__(port)
+        self.conn = conn
+        self.channels = 0
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"ssh-tunnel://{host_label(self.conn)}/127.0.0.1:{self.port}"
+
+    def count(self) -> None:
+        with self._lock:
+            self.channels += 1
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        return _ChannelHTTPConnection(self, timeout)
+
+
+class RemoteEngine(Engine):
+    """A Docker engine on the host at the other end of a Fabric Connection."""
+
+    transient_errors = (paramiko.ChannelException, paramiko.SSHException, EOFError)
+
+    def __init__(self, conn: Connection, label: str | None = None, remote_models: str | None = None):
+        self.conn = conn
+        self.name = label or host_label(conn)
+        super().__init__(docker_over(conn))
+        self._models_dir = remote_models
+        self.endpoints: list[TunnelEndpoint] = []
+
+    @classmethod
+    def connect(cls, spec: str, **kwargs: Any) -> RemoteEngine:
+        remote_models = kwargs.pop("remote_models", None)
+        label = kwargs.pop("label", None)
+        return cls(open_connection(spec, **kwargs), label=label or spec, remote_models=remote_models)
+
+    # -- host commands
+    def run_host(self, argv: list[str], timeout: float = 20) -> tuple[int, str]:
+        try:
+            res = self.conn.run(shlex.join(argv), hide=True, warn=True, timeout=timeout, in_stream=False)
+        except CommandTimedOut:
+            return 124, ""
+        except UnexpectedExit as e:
+            return e.result.exited, e.result.stdout
+        return res.exited, res.stdout
+
+    def read_host_file(self, path: str) -> str | None:
+        code, out = self.run_host(["cat", path])
+        return out if code == 0 else None
+
+    def hostname(self) -> str:
+        code, out = self.run_host(["hostname"])
+        return out.strip() if code == 0 else self.conn.host
+
+    def free_port(self) -> int:
+        code, out = self.run_host(["python3", "-c", "import socket; s = socket.socket(); "
+                                   "s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"])
+        if code == 0 and out.strip().isdigit():
+            return int(out.strip())
+        code, out = self.run_host(["ss", "-ltnH"])
+        used = {int(p.rsplit(":", 1)[1]) for p in (ln.split()[3] for ln in out.splitlines() if len(ln.split()) > 3)
+                if p.rsplit(":", 1)[1].isdigit()} if code == 0 else set()
+        while True:
+            port = random.randrange(20000, 60000)
+            if port not in used:
+                return port
+
+    def endpoint(self, port: int) -> TunnelEndpoint:
+        ep = TunnelEndpoint(self.conn, port)
+        self.endpoints.append(ep)
+        return ep
+
+    # -- models on the host
+    def models_dir(self) -> str:
+        if self._models_dir is None:
+            code, out = self.run_host(["sh", "-c", "echo $HOME"])
+            self._models_dir = f"{out.strip() or '/tmp'}/specbench/models"
+        return self._models_dir
+
+    def remote_sha256(self, path: str) -> str | None:
+        code, out = self.run_host(["sha256sum", path], timeout=3600)
+        return out.split()[0] if code == 0 and out.strip() else None
+
+    def place_models(self, local: dict[str, Path], log, upload_limit: int = 2 << 30) -> dict[str, Path]:
+        """Model files at the host's models folder, sha256-checked; copies missing ones from here (SFTP) when
+        they are small enough to send, else says where to put them."""
+        from harness.manifest import file_sha256
+
+        folder = self.models_dir()
+        self.run_host(["mkdir", "-p", folder])
+        out: dict[str, Path] = {}
+        for key, path in local.items():
+            remote = f"{folder}/{path.name}"
+            want = file_sha256(path)
+            have = self.remote_sha256(remote)
+            if have != want:
+                size = path.stat().st_size
+                if size > upload_limit:
+                    raise KitError(f"{self.name}: {remote} is {'missing' if have is None else 'different'}; "
+                                   f"{path.name} is {size / 1e9:.1f} GB, too large to send over SSH: download it "
+                                   f"there (`invoke models` on the host) or copy it with scp")
+                log(f"{self.name}: sending {path.name} ({size / 1e6:.1f} MB) to {remote}")
+                self.conn.put(str(path), remote + ".partial")
+                self.run_host(["mv", remote + ".partial", remote])
+                if self.remote_sha256(remote) != want:
+                    raise KitError(f"{self.name}: {remote} has a different sha256 after sending it")
+            out[key] = Path(remote)
+        return out
+
+    def close(self) -> None:
+        super().close()
+        self.conn.close()
