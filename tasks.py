@@ -33,6 +33,22 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
+HOST_HELP = {
+    "host": "run on this host over SSH: user@host[:port] or an ssh config alias; repeat for several hosts in "
+            "parallel; 'local' is this machine (default: invoke.yaml's specbench.hosts, else local)",
+    "ssh_key": "private key file for --host (default: ssh config / agent)",
+    "known_hosts": "extra known_hosts file; unknown host keys are always refused",
+    "remote_models": "models folder on the remote hosts (default: ~/specbench/models there)",
+}
+
+
+def _engines(c, host, ssh_key, known_hosts, remote_models):
+    from harness.remote import engines_for
+
+    hosts = _split(host) or list(_cfg(c, "hosts", []) or [])
+    return engines_for(hosts, ssh_key=ssh_key, known_hosts=known_hosts, remote_models=remote_models)
+
+
 def kit_errors(fn):
     """Print KitError as one line and exit 1; Ctrl-C exits 130 after the task has cleaned up."""
     @functools.wraps(fn)
@@ -81,21 +97,22 @@ def models(c, manifest=None, models_dir=None, no_download=False):
         print(f"{key:10} {p}  {p.stat().st_size / 1e6:.1f} MB  sha256 {file_sha256(p)}")
 
 
-@task(help={
+@task(iterable=["host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "backend": "cpu or cuda (default: the manifest's build.backend)",
     "force": "rebuild even when an image of the same source, flags and recipe exists",
-    "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first)",
+    "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first, falling back)",
     "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
     "jobs": "parallel compile jobs (default: all cores)",
+    **HOST_HELP,
 })
 @kit_errors
-def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None):
+def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None, host=None,
+          ssh_key=None, known_hosts=None, remote_models=None):
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
     from harness import build as bd
-    from harness import engine
     from harness import manifest as mf
 
     m = mf.load(_manifest_path(c, manifest))
@@ -103,14 +120,43 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         tree = bd.describe_source(m, prefer=source)
         print(json.dumps(bd.plan(m, tree, backend).as_dict(), indent=2))
         return
-    client = engine.connect()
-    rec = bd.build(client, m, backend=backend, force=force, prefer=source, jobs=int(jobs) if jobs else None)
-    what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
-    print(f"image {rec['tag']} ({rec['image_id'][:19]}, {what})")
-    print(f"  {rec['server_version'].splitlines()[-1] if rec['server_version'] else ''}")
+    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
+        try:
+            rec = bd.build(eng.client, m, backend=backend, force=force, prefer=source,
+                           jobs=int(jobs) if jobs else None, host=eng.name)
+        finally:
+            eng.close()
+        what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
+        print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
+        print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
 
 
-@task(iterable=["strategy", "task_id"], help={
+@task(iterable=["host"], help={
+    "manifest": "manifest YAML (default: the CPU demo)",
+    "models_dir": "folder of the model files here (default: invoke.yaml's specbench.models)",
+    **HOST_HELP,
+})
+@kit_errors
+def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
+    """Check that each host is ready: Docker, GPU and driver, NVIDIA runtime, disk, model files, image."""
+    from harness import doctor as dr
+    from harness import manifest as mf
+
+    m = mf.load(_manifest_path(c, manifest))
+    failed = 0
+    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
+        try:
+            print(f"{eng.name}:")
+            for item in dr.check(eng, m, Path(models_dir or _cfg(c, "models", "models"))):
+                print("  " + item.line())
+                failed += (not item.ok) and item.fatal
+        finally:
+            eng.close()
+    if failed:
+        raise Exit(code=1)
+
+
+@task(iterable=["strategy", "task_id", "host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
@@ -122,18 +168,26 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     "no_progress": "plain log lines instead of a progress bar",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "results": "results folder (default: invoke.yaml's specbench.results)",
+    **HOST_HELP,
 })
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
-        seed=None, no_progress=False, models_dir=None, results=None):
+        seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
+        remote_models=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
     from harness import session
 
-    out = session.run(
-        _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
-        models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
-        strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
-        reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress)
+    engines = _engines(c, host, ssh_key, known_hosts, remote_models)
+    try:
+            out = session.run(
+            _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
+            models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
+            strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
+            reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
+            engines=engines)
+    finally:
+        for eng in engines:
+            eng.close()
     print(out)
 
 
@@ -153,15 +207,20 @@ def report(c, run_dir=None, out=None, no_plot=False):
         print(f"wrote {p}")
 
 
-@task(help={"run_id": "only containers of this run (default: every container the kit labelled)"})
+@task(iterable=["host"], help={"run_id": "only containers of this run (default: every container the kit labelled)",
+                               **HOST_HELP})
 @kit_errors
-def clean(c, run_id=None):
+def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Remove containers the kit started and left behind (after a crash or a lost connection)."""
-    from harness import engine
-
-    eng = engine.LocalEngine()
-    left = eng.kit_containers(run_id)
-    for ctr in left:
-        eng.remove(ctr)
-        print(f"removed {ctr.short_id} ({ctr.labels.get('specbench.run')} {ctr.labels.get('specbench.strategy')})")
-    print(f"{len(left)} container(s) removed")
+    total = 0
+    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
+        try:
+            left = eng.kit_containers(run_id)
+            for ctr in left:
+                eng.remove(ctr)
+                print(f"{eng.name}: removed {ctr.short_id} ({ctr.labels.get('specbench.run')} "
+                      f"{ctr.labels.get('specbench.strategy')})")
+            total += len(left)
+        finally:
+            eng.close()
+    print(f"{total} container(s) removed")

@@ -479,12 +479,21 @@ def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | Non
     schema.check("build", record, "build record")
     out = CACHE / "builds"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{p.tag.split(':')[-1]}.json").write_text(json.dumps(record, indent=2) + "\n")
-    (out / f"{manifest.name}-{backend}-latest.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / f"{p.tag.split(':')[-1]}-{_safe(host)}.json").write_text(json.dumps(record, indent=2) + "\n")
+    latest_path(manifest, backend, host).write_text(json.dumps(record, indent=2) + "\n")
     return record
 
 
-def latest_record(manifest: Manifest, backend: str | None = None) -> dict[str, Any] | None:
-    """The last build record for this manifest and backend on this machine, if any."""
-    path = CACHE / "builds" / f"{manifest.name}-{backend or manifest.build.backend}-latest.json"
+def _safe(host: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in host)
+
+
+def latest_path(manifest: Manifest, backend: str | None = None, host: str = "local") -> Path:
+    suffix = "" if host == "local" else f"-{_safe(host)}"
+    return CACHE / "builds" / f"{manifest.name}-{backend or manifest.build.backend}{suffix}-latest.json"
+
+
+def latest_record(manifest: Manifest, backend: str | None = None, host: str = "local") -> dict[str, Any] | None:
+    """The last build record for this manifest, backend and host, if any."""
+    path = latest_path(manifest, backend, host)
     return json.loads(path.read_text()) if path.exists() else None

@@ -170,6 +170,13 @@ class Engine:
         a, b, c = (float(x) for x in text.split()[:3])
         return a, b, c
 
+    def place_models(self, local: dict[str, Path], log: Any = print) -> dict[str, Path]:
+        """Model files as the engine's host sees them (the local engine sees this machine's)."""
+        return local
+
+    def models_dir(self) -> str | None:
+        return None
+
     def close(self) -> None:
         try:
             self.client.close()

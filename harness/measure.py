@@ -279,16 +279,16 @@ def run_request(manifest: Manifest, task: Task, server: Endpoint, with_probs: bo
     predicted_n = int(timings.get("predicted_n", len(res.tokens) or res.chunks))
     # One token arrives with the first chunk; the decode rate counts the ones after it.
     decode_tok_s = (predicted_n - 1) / res.decode_s if res.decode_s > 0 and predicted_n > 1 else None
-    server = {k: timings.get(k) for k in ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n",
-                                           "predicted_ms", "predicted_per_second", "cache_n")}
+    figures = {k: timings.get(k) for k in ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n",
+                                            "predicted_ms", "predicted_per_second", "cache_n")}
     # Absent (not 0) when nothing was drafted.
-    server["draft_n"] = int(timings.get("draft_n", 0))
-    server["draft_n_accepted"] = int(timings.get("draft_n_accepted", 0))
+    figures["draft_n"] = int(timings.get("draft_n", 0))
+    figures["draft_n_accepted"] = int(timings.get("draft_n_accepted", 0))
     out: dict[str, Any] = {
         "client": {"ttft_s": round(res.ttft_s, 6), "decode_s": round(res.decode_s, 6),
                    "request_s": round(res.request_s, 6), "chunks": res.chunks,
                    "decode_tok_s": None if decode_tok_s is None else round(decode_tok_s, 3)},
-        "server": server,
+        "server": figures,
         "output": {"text": res.text, "sha256": hashlib.sha256(res.text.encode("utf-8")).hexdigest(),
                    "tokens": res.tokens, "n_tokens": predicted_n,
                    "stop_type": res.final.get("stop_type")},

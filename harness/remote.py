@@ -19,6 +19,8 @@ Design notes
 from __future__ import annotations
 
 import http.client
+import io
+import logging
 import random
 import shlex
 import threading
@@ -36,6 +38,17 @@ from harness import KitError
 from harness.engine import Endpoint, Engine
 
 DOCKER_API_MIN = "1.24"
+
+
+class _QuietRefusedChannels(logging.Filter):
+    """The /health poll opens channels while llama-server is not listening yet; paramiko logs each refusal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "open FAILED" not in record.getMessage()
+
+
+logging.getLogger("paramiko.transport").addFilter(_QuietRefusedChannels())
+POOL_SIZE = 4
 
 
 def host_label(conn: Connection) -> str:
@@ -105,6 +118,21 @@ class _ConnectionAdapter(SSHHTTPAdapter):
     def _connect(self) -> None:
         self.conn.open()
 
+    def get_connection(self, url, proxies=None):
+        # One small pool for every URL: each pooled HTTP connection holds an SSH session open, and sshd allows
+        # ten per connection (MaxSessions); the SDK's default keeps a pool per URL and runs out.
+        from docker.transport.sshconn import SSHConnectionPool
+
+        with self.pools.lock:
+            pool = self.pools.get("all")
+            if pool is None:
+                if not self.ssh_client.get_transport():
+                    self._connect()
+                pool = SSHConnectionPool(ssh_client=self.ssh_client, timeout=self.timeout, maxsize=POOL_SIZE,
+                                         host=self.ssh_host)
+                self.pools["all"] = pool
+            return pool
+
     def close(self) -> None:
         self.pools.clear()  # the Connection is closed by its owner
 
@@ -114,7 +142,6 @@ def docker_over(conn: Connection, timeout: int = 600) -> docker.DockerClient:
     client = docker.DockerClient(base_url="unix:///nonexistent.sock", version=DOCKER_API_MIN, timeout=timeout)
     api = client.api
     api.mount("http+docker://ssh", _ConnectionAdapter(conn, timeout))
-    api._unmount("http://", "https://")
     api.base_url = "http+docker://ssh"
     try:
         api._version = api._retrieve_server_version()
@@ -122,6 +149,38 @@ def docker_over(conn: Connection, timeout: int = 600) -> docker.DockerClient:
         raise KitError(f"{host_label(conn)}: no Docker engine answers over SSH ({str(e).split('(')[0].strip()}); "
                        "install Docker there and make sure this user may use it (group docker)") from None
     return client
+
+
+class _ChannelRaw(io.RawIOBase):
+    def __init__(self, channel: paramiko.Channel):
+        self.channel = channel
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.channel.recv(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class _ChannelSocket:
+    """The part of a socket http.client uses, over a paramiko channel (whose own file object cannot peek)."""
+
+    def __init__(self, channel: paramiko.Channel):
+        self.channel = channel
+
+    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(_ChannelRaw(self.channel))
+
+    def sendall(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.channel.settimeout(timeout)
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 class _ChannelHTTPConnection(http.client.HTTPConnection):
@@ -139,7 +198,7 @@ class _ChannelHTTPConnection(http.client.HTTPConnection):
                                          timeout=self.timeout)
         channel.settimeout(self.timeout)
         self._endpoint.count()
-        self.sock = channel
+        self.sock = _ChannelSocket(channel)
 
 
 class TunnelEndpoint(Endpoint):
@@ -257,3 +316,25 @@ class RemoteEngine(Engine):
     def close(self) -> None:
         super().close()
         self.conn.close()
+
+
+def engines_for(hosts: list[str] | None, *, ssh_key: str | None = None, known_hosts: str | None = None,
+                remote_models: str | None = None) -> list[Engine]:
+    """Engines for the named hosts ('local' or user@host[:port]); the local engine when none is named."""
+    from harness.engine import LocalEngine
+
+    if not hosts:
+        return [LocalEngine()]
+    engines: list[Engine] = []
+    try:
+        for spec in dict.fromkeys(hosts):
+            if spec == "local":
+                engines.append(LocalEngine())
+            else:
+                engines.append(RemoteEngine.connect(spec, key_filename=ssh_key, known_hosts=known_hosts,
+                                                    remote_models=remote_models))
+    except KitError:
+        for e in engines:
+            e.close()
+        raise
+    return engines

@@ -5,16 +5,20 @@ does not land on one strategy. `reuse_server` runs the naive protocol on purpose
 
 from __future__ import annotations
 
+import itertools
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker.errors
+import paramiko
 import requests.exceptions
 
 from harness import KitError, __version__, environment
@@ -23,7 +27,8 @@ from harness.manifest import Manifest, Strategy, Task, display_path, file_sha256
 from harness.measure import MeasurementFailed, Server, labels_for, measure, now_iso, run_request
 from harness.results import FORMAT_VERSION, RunDir, new_run_id
 
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError)
+ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError, EOFError,
+                 paramiko.SSHException)
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,10 @@ class Runner:
         self.reuse_server = reuse_server
         self.protocol = "reuse-server" if reuse_server else "fresh-container"
         self.warned: set[str] = set()
+        self.paths_by_host = {e.name: e.place_models(model_paths, log) for e in engines}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._order = itertools.count()
 
     # -- run folder
     def start(self, results_dir: Path, plan: Plan, run_id: str | None = None) -> RunDir:
@@ -182,35 +191,38 @@ class Runner:
 
     # -- execution
     def execute(self, rd: RunDir, plan: Plan) -> dict[str, int]:
-        """Run every planned measurement not yet in the run folder. Returns counts (ok, failed, skipped)."""
+        """Run every planned measurement not yet in the run folder: hosts in parallel, one measurement at a time
+        per host. Returns counts (ok, failed, skipped)."""
         rd_done = rd.done_ids()
         todo = [p for p in plan.items if p.measurement_id not in rd_done]
         counts = {"ok": 0, "failed": 0, "skipped": len(plan.items) - len(todo)}
         if counts["skipped"]:
             self.log(f"resume: {counts['skipped']} of {len(plan.items)} measurements already recorded; "
                      f"{len(todo)} to go")
-        order_base = len(rd_done)
+        self._order = itertools.count(len(rd_done))
+        self._stop.clear()
+        by_host: dict[str, list[Planned]] = {}
+        for item in todo:
+            by_host.setdefault(item.host, []).append(item)
         bar = self._bar(len(todo))
         status = "complete"
         try:
             with sigterm_as_interrupt():
-                if self.reuse_server:
-                    self._execute_reusing(rd, todo, order_base, counts, bar)
+                if len(by_host) <= 1:
+                    for host, items in by_host.items():
+                        self._run_host(rd, host, items, counts, bar)
                 else:
-                    for i, item in enumerate(todo):
-                        engine = self._engine(item.host)
-                        self._describe_bar(bar, item, plan)
-                        rec = self._one(engine, rd.run_id, item, order_base + i)
-                        rd.append(rec)
-                        counts[rec["status"]] += 1
-                        self._after(rec, bar)
+                    self._run_hosts_parallel(rd, by_host, counts, bar)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         except ENGINE_ERRORS as e:
             status = "interrupted"
-            raise KitError(f"lost the Docker engine mid-run ({type(e).__name__}: {str(e)[:200]}); "
-                           f"finished measurements are saved: resume with `invoke run --resume {rd.run_id}`") from None
+            raise KitError(f"lost the Docker engine mid-run ({type(e).__name__}: {str(e)[:200]}); finished "
+                           f"measurements are saved: resume with `invoke run --resume {rd.run_id}`") from None
+        except KitError:
+            status = "interrupted"
+            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -223,16 +235,61 @@ class Runner:
                     for c in e.kit_containers(rd.run_id):
                         e.remove(c)
                 except ENGINE_ERRORS:
-                    pass
+                    self.log(f"note: {e.name} did not answer; remove its leftovers later with `invoke clean "
+                             f"--run-id {rd.run_id}`" + (f" --host {e.name}" if e.name != "local" else ""))
         return counts
+
+    def _run_hosts_parallel(self, rd: RunDir, by_host: dict[str, list[Planned]], counts: dict[str, int],
+                            bar) -> None:
+        """One worker thread per host; Ctrl-C (main thread) stops them after their current measurement."""
+        with ThreadPoolExecutor(len(by_host), thread_name_prefix="host") as pool:
+            futures = {pool.submit(self._run_host, rd, host, items, counts, bar): host
+                       for host, items in by_host.items()}
+            try:
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                    for f in done:
+                        if f.exception() is not None:
+                            self._stop.set()
+            except KeyboardInterrupt:
+                self._stop.set()
+                wait(futures)
+                raise
+            errors = [(futures[f], f.exception()) for f in futures if f.exception() is not None]
+            if errors:
+                host, exc = errors[0]
+                if isinstance(exc, KitError):
+                    raise exc
+                raise KitError(f"host {host}: lost mid-run ({type(exc).__name__}: {str(exc)[:200]}); finished "
+                               f"measurements are saved: resume with `invoke run --resume {rd.run_id}`")
+
+    def _run_host(self, rd: RunDir, host: str, items: list[Planned], counts: dict[str, int], bar) -> None:
+        if self.reuse_server:
+            self._execute_reusing(rd, items, counts, bar)
+            return
+        engine = self._engine(host)
+        for item in items:
+            if self._stop.is_set():
+                return
+            self._describe_bar(bar, item, None)
+            rec = self._one(engine, rd.run_id, item)
+            self._record(rd, rec, counts, bar)
+
+    def _record(self, rd: RunDir, rec: dict[str, Any], counts: dict[str, int], bar) -> None:
+        with self._lock:
+            rec["order"] = next(self._order)
+            rd.append(rec)
+            counts[rec["status"]] += 1
+            self._after(rec, bar)
 
     def _engine(self, host: str) -> Engine:
         return next(e for e in self.engines if e.name == host)
 
-    def _record_base(self, item: Planned, order: int) -> dict[str, Any]:
+    def _record_base(self, item: Planned) -> dict[str, Any]:
         return {"format_version": FORMAT_VERSION, "measurement_id": item.measurement_id,
                 "strategy": item.cell.strategy.id, "spec_type": item.cell.strategy.spec_type,
-                "task": item.cell.task.id, "run_index": item.run_index, "round": item.round, "order": order,
+                "task": item.cell.task.id, "run_index": item.run_index, "round": item.round, "order": 0,
                 "host": item.host, "protocol": self.protocol}
 
     def _quiet(self, engine: Engine, run_id: str) -> dict[str, Any]:
@@ -244,32 +301,32 @@ class Runner:
                 self.log(f"warning ({engine.name}): {w}")
         return q
 
-    def _one(self, engine: Engine, run_id: str, item: Planned, order: int) -> dict[str, Any]:
+    def _one(self, engine: Engine, run_id: str, item: Planned) -> dict[str, Any]:
         s, t = item.cell.strategy, item.cell.task
         quiet = self._quiet(engine, run_id)
-        rec = {"run_id": run_id, **self._record_base(item, order), "quiet": quiet}
-        rec.update(measure(engine, self.manifest, s, t, self.model_paths, self.image, self.backend,
+        rec = {"run_id": run_id, **self._record_base(item), "quiet": quiet}
+        rec.update(measure(engine, self.manifest, s, t, self.paths_by_host[engine.name], self.image, self.backend,
                            labels_for(run_id, s, t, item.run_index), with_probs=not s.speculative))
         return rec
 
-    def _execute_reusing(self, rd: RunDir, todo: list[Planned], order_base: int, counts: dict[str, int],
-                         bar) -> None:
+    def _execute_reusing(self, rd: RunDir, items: list[Planned], counts: dict[str, int], bar) -> None:
         """The naive protocol: one server per (host, strategy), every run of every task sent to it."""
-        groups: dict[tuple[str, str], list[Planned]] = {}
-        for item in sorted(todo, key=lambda p: (p.round, todo.index(p))):
-            groups.setdefault((item.host, item.cell.strategy.id), []).append(item)
-        order = order_base
-        for (host, _), items in groups.items():
-            engine = self._engine(host)
-            strategy = items[0].cell.strategy
-            server = Server(engine, self.manifest, strategy, self.model_paths, self.image, self.backend,
-                            labels_for(rd.run_id, strategy, None, None))
+        groups: dict[str, list[Planned]] = {}
+        for item in sorted(items, key=lambda p: (p.round, items.index(p))):
+            groups.setdefault(item.cell.strategy.id, []).append(item)
+        for group in groups.values():
+            if self._stop.is_set():
+                return
+            engine = self._engine(group[0].host)
+            strategy = group[0].cell.strategy
+            server = Server(engine, self.manifest, strategy, self.paths_by_host[engine.name], self.image,
+                            self.backend, labels_for(rd.run_id, strategy, None, None))
             try:
                 with server:
-                    for item in items:
+                    for item in group:
                         self._describe_bar(bar, item, None)
                         quiet = self._quiet(engine, rd.run_id)
-                        rec = {"run_id": rd.run_id, **self._record_base(item, order), "quiet": quiet,
+                        rec = {"run_id": rd.run_id, **self._record_base(item), "quiet": quiet,
                                "started_at": now_iso(), "status": "ok", "container_id": server.container.id,
                                "server_command": server.spec.command}
                         t0 = time.monotonic()
@@ -283,21 +340,16 @@ class Runner:
                             rec.update(status="failed", failure={"phase": "request", "reason": f.reason,
                                                                  "log_tail": f.log_tail[-4000:]})
                         rec["wall_s"] = round(time.monotonic() - t0, 6)
-                        rd.append(rec)
-                        counts[rec["status"]] += 1
-                        order += 1
-                        self._after(rec, bar)
+                        self._record(rd, rec, counts, bar)
             except MeasurementFailed as e:
-                for item in items:
-                    if item.measurement_id in rd.done_ids():
+                done = rd.done_ids()
+                for item in group:
+                    if item.measurement_id in done:
                         continue
-                    rec = {"run_id": rd.run_id, **self._record_base(item, order), "started_at": now_iso(),
+                    rec = {"run_id": rd.run_id, **self._record_base(item), "started_at": now_iso(),
                            "status": "failed", "wall_s": 0.0,
                            "failure": {"phase": e.phase, "reason": e.reason, "log_tail": e.log_tail[-4000:]}}
-                    rd.append(rec)
-                    counts["failed"] += 1
-                    order += 1
-                    self._after(rec, bar)
+                    self._record(rd, rec, counts, bar)
 
     # -- progress
     def _bar(self, total: int):

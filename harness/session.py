@@ -31,11 +31,17 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         build_record = meta["build"]
     else:
         manifest = mf.load(manifest_path)
-        build_record = build.latest_record(manifest)
-        if build_record is None:
-            raise KitError(f"no image built for manifest {manifest.name} on this machine; run `invoke build` first")
-    model_paths = models.ensure(manifest, models_dir, download=True, log=log)
+        build_record = None
     engines = engines or [LocalEngine()]
+    if build_record is None:
+        for e in engines:
+            rec = build.latest_record(manifest, host=e.name)
+            if rec is None:
+                where = "on this machine" if e.name == "local" else f"on {e.name}"
+                flag = "" if e.name == "local" else f" --host {e.name}"
+                raise KitError(f"no image built for manifest {manifest.name} {where}; run `invoke build{flag}` first")
+            build_record = build_record or rec
+    model_paths = models.ensure(manifest, models_dir, download=True, log=log)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
                      shuffle_seed=seed)
     runner = Runner(manifest, engines, model_paths, build_record, log=log, progress=progress,

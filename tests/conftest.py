@@ -93,3 +93,59 @@ def demo_run(demo_image, models_dir, results_dir) -> Path:
     session.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)
     return results_dir / "demo-run"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real sshd of the tests' own: loopback only, its own config, host key and client keys.
+
+    Yields a dict with port, user, client_key, wrong_key and known_hosts (holding this sshd's host key)."""
+    import getpass
+    import socket
+    import subprocess
+    import time
+
+    for tool in ("/usr/sbin/sshd", "ssh-keygen"):
+        if not shutil.which(tool):
+            pytest.fail(f"{tool} is required for the remote tests (apt-get install openssh-server)")
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "client_key", "wrong_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    port = _free_port()
+    sftp = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server")
+                 if os.path.exists(p)), "internal-sftp")
+    (d / "sshd_config").write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}",
+        f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / 'sshd.pid'}",
+        "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+        # root's password is locked: without PAM the account check refuses the login
+        "UsePAM yes",
+        # keys under /tmp fail the mode check
+        "StrictModes no", f"Subsystem sftp {sftp}", ""]))
+    os.makedirs("/run/sshd", exist_ok=True)
+    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"sshd exited: {(d / 'sshd.log').read_text()[-500:]}")
+            time.sleep(0.1)
+    host_pub = (d / "host_key.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    yield {"port": port, "user": getpass.getuser(), "client_key": str(d / "client_key"),
+           "wrong_key": str(d / "wrong_key"), "known_hosts": str(d / "known_hosts"), "dir": d,
+           "spec": f"{getpass.getuser()}@127.0.0.1:{port}"}
+    proc.terminate()
+    proc.wait(timeout=10)
