@@ -191,8 +191,8 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     print(out)
 
 
-@task(positional=["run_dir"], iterable=["run_dir"], help={
-    "run_dir": "run folder(s) to report (default: the newest under the results folder)",
+@task(positional=["run_dir"], help={
+    "run_dir": "run folder to report, or several separated by commas (default: the newest under the results folder)",
     "out": "where to write the Markdown report (default: invoke.yaml's specbench.report, RESULTS.md)",
     "no_plot": "skip the PNG plot",
 })
@@ -201,7 +201,7 @@ def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
     from harness import report as rp
 
-    dirs = [Path(d) for d in run_dir] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
+    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
     written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
@@ -224,3 +224,62 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
         finally:
             eng.close()
     print(f"{total} container(s) removed")
+
+
+@task(help={
+    "run_dir": "the run folder to bundle",
+    "out": "archive path (default: <run-id>.bundle.tar.gz)",
+    "manifest_dir": "folder of the run's manifest and prompts, if not where the run found them",
+})
+@kit_errors
+def bundle(c, run_dir, out=None, manifest_dir=None):
+    """Write one archive with a run's manifest, prompts, run folder and RESULTS.md, for someone to reproduce."""
+    from harness import bundle as bu
+
+    path = bu.make(Path(run_dir), Path(out) if out else None, Path(manifest_dir) if manifest_dir else None)
+    print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)")
+
+
+@task(help={
+    "source": "a bundle (.tar.gz) or a manifest",
+    "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
+    "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
+    "no_progress": "plain log lines instead of a progress bar",
+})
+@kit_errors
+def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False):
+    """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
+    from harness import bundle as bu
+    from harness import compare as cmp
+
+    res = bu.reproduce(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
+                       progress=not no_progress)
+    if res.get("comparison"):
+        print(cmp.text(res["comparison"]))
+    print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
+
+
+@task(help={
+    "a": "run folder or bundle A (the reference)",
+    "b": "run folder or bundle B",
+    "out": "also write RESULTS.md for B with the comparison section here (default: print only)",
+})
+@kit_errors
+def compare(c, a, b, out=None):
+    """Two runs side by side per cell: both medians, B/A, and same/faster/slower within the runs' own spread."""
+    import tempfile
+
+    from harness import bundle as bu
+    from harness import compare as cmp
+    from harness import report as rp
+
+    with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
+        dirs = []
+        for i, x in enumerate((a, b)):
+            p = Path(x)
+            dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
+        res = cmp.compare(dirs[0], dirs[1])
+        print(cmp.text(res))
+        if out:
+            rp.write([dirs[1]], Path(out), plot=False, comparison=res)
+            print(f"wrote {out}")

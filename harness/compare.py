@@ -46,9 +46,13 @@ def differences(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[tuple[st
 
 
 def verdict(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """'same' when the ranges of runs overlap or the medians differ by less than the larger spread."""
     if a["median"] is None or b["median"] is None:
         return "missing"
     if a["max"] >= b["min"] and b["max"] >= a["min"]:
+        return "same"
+    spread = max(a["spread_pct"] or 0.0, b["spread_pct"] or 0.0) / 100
+    if abs(b["median"] / a["median"] - 1) <= spread:
         return "same"
     return "faster" if b["median"] > a["median"] else "slower"
 
@@ -74,9 +78,12 @@ def compare(dir_a, dir_b) -> dict[str, Any]:
         v = verdict(a, b)
         if blocking:
             v = "not comparable: different " + " / ".join(d[0] for d in blocking)
+        # Draft counts are deterministic in a fresh server: equal counts are a strong sign of the same setup.
+        drafts = "same" if (c["draft_n"], c["draft_n_accepted"]) == (other["draft_n"], other["draft_n_accepted"]) \
+            else f"{c['draft_n_accepted']}/{c['draft_n']} vs {other['draft_n_accepted']}/{other['draft_n']}"
         rows.append({"strategy": c["strategy"], "task": c["task"], "a": a["median"], "b": b["median"],
                      "a_spread_pct": a["spread_pct"], "b_spread_pct": b["spread_pct"],
-                     "ratio": None if ratio is None else round(ratio, 4), "verdict": v})
+                     "ratio": None if ratio is None else round(ratio, 4), "verdict": v, "drafts": drafts})
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
@@ -88,9 +95,10 @@ def compare(dir_a, dir_b) -> dict[str, Any]:
 def table(result: dict[str, Any], fmt: str = "simple") -> str:
     rows = [[r["strategy"], r["task"], "-" if r["a"] is None else f"{r['a']:,.2f}",
              "-" if r["b"] is None else f"{r['b']:,.2f}", "-" if r["ratio"] is None else f"{r['ratio']:.3f}",
-             r["verdict"]] for r in result["rows"]]
+             r["verdict"], r.get("drafts", "-")] for r in result["rows"]]
     return tabulate(rows, headers=["strategy", "task", f"A tok/s ({result['a']['run_id']})",
-                                   f"B tok/s ({result['b']['run_id']})", "B/A", "verdict"], tablefmt=fmt,
+                                   f"B tok/s ({result['b']['run_id']})", "B/A", "verdict",
+                                   "accepted/drafted"], tablefmt=fmt,
                     disable_numparse=True)
 
 

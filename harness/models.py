@@ -171,13 +171,28 @@ def hf_download(model: ModelFile, models_dir: Path, log: Callable[[str], None] =
     assert model.hf is not None
     try:
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
     except ImportError:
         raise KitError("models: huggingface_hub is not installed (pip install huggingface_hub)") from None
     log(f"models: downloading {model.hf.repo}/{model.hf.file}" + (f"@{model.hf.revision}" if model.hf.revision else ""))
     try:
         got = hf_hub_download(repo_id=model.hf.repo, filename=model.hf.file, revision=model.hf.revision,
-                              local_dir=str(models_dir / ".hf" / model.hf.repo.replace("/", "--")))
+                              local_dir=str(models_dir / ".hf" / model.hf.repo.replace("/", "--")),
+                              endpoint=os.environ.get("HF_ENDPOINT") or None)
+    except RepositoryNotFoundError:
+        raise KitError(f"models.{model.key}: repository {model.hf.repo} not found on the hub (private or "
+                       "misspelt? set HF_TOKEN for gated models)") from None
+    except RevisionNotFoundError:
+        raise KitError(f"models.{model.key}: revision {model.hf.revision!r} not found in {model.hf.repo}") from None
+    except EntryNotFoundError:
+        raise KitError(f"models.{model.key}: {model.hf.file} not found in {model.hf.repo}"
+                       + (f"@{model.hf.revision}" if model.hf.revision else "")) from None
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise KitError(f"models.{model.key}: cannot download {model.hf.repo}/{model.hf.file}: {first}") from None
@@ -206,6 +221,11 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
                            else 0.1)
             elif m.hf is not None and download:
                 hf_download(m, models_dir, log)
+                if m.sha256 and file_sha256(p) != m.sha256:
+                    actual = file_sha256(p)
+                    p.unlink()  # a wrong file must not be mistaken for the model next time
+                    raise KitError(f"models.{m.key}: downloaded {m.hf.repo}/{m.hf.file} has sha256 {actual}, "
+                                   f"the manifest pins {m.sha256}; the file was removed")
             elif m.hf is not None:
                 raise KitError(f"models.{m.key}: {p} is missing; fetch it with `invoke models --manifest "
                                f"{manifest.path}` (from {m.hf.repo}/{m.hf.file})")

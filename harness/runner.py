@@ -295,7 +295,7 @@ class Runner:
     def _quiet(self, engine: Engine, run_id: str) -> dict[str, Any]:
         q = environment.quiet_check(engine, run_id)
         for w in q["warnings"]:
-            key = w.split(" ")[0:3].__str__()
+            key = " ".join(w.split(" ")[:2])  # one warning per kind, not per figure
             if key not in self.warned:
                 self.warned.add(key)
                 self.log(f"warning ({engine.name}): {w}")

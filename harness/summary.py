@@ -110,7 +110,8 @@ def _cell(host: str, s: str, t: str, spec_type: str, ok: list[dict], failed: lis
         tpps.append(checks.tokens_per_pass(sv["predicted_n"] or 0, sv["draft_n_accepted"]))
         acc_rates.append(sv["draft_n_accepted"] / sv["draft_n"] if sv["draft_n"] else None)
     verdict = checks.contamination([x for x in tps if x is not None],
-                                   [a if a is not None else 0.0 for a in acc_rates] if drafted else None, protocol)
+                                   [a if a is not None else 0.0 for a in acc_rates] if drafted else None, protocol,
+                                   drafts=[r["server"]["draft_n"] for r in ok] if drafted else None)
     return {
         "host": host, "strategy": s, "spec_type": spec_type, "task": t,
         "runs_ok": len(ok), "runs_failed": len(failed),

@@ -82,7 +82,9 @@ def chdir_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Nothing in the tests may reach the real hub: an unset endpoint points at a closed loopback port.
+os.environ.setdefault("HF_ENDPOINT", "http://127.0.0.1:9")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 @pytest.fixture(scope="session")

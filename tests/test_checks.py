@@ -25,6 +25,13 @@ def test_acceptance_climb_is_flagged_even_when_throughput_is_flat():
     assert v.flagged and "acceptance climbed from 11% to 35%" in v.sentence
 
 
+def test_climb_with_identical_draft_counts_is_drift_not_cache():
+    v = checks.contamination([300.0, 350.0, 400.0], acceptance=[0.4, 0.4, 0.4], drafts=[120, 120, 120])
+    assert v.flagged and v.data["kind"] == "drift" and "machine drift, not a carried-over cache" in v.sentence
+    v = checks.contamination([300.0, 350.0, 400.0], acceptance=[0.2, 0.4, 0.5], drafts=[120, 200, 260])
+    assert v.flagged and v.data["kind"] == "warm-cache"
+
+
 def test_naive_protocol_is_always_labelled():
     v = checks.contamination([10.0, 10.0], protocol="reuse-server")
     assert v.flagged and "naive protocol" in v.sentence

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Fidelity of the kit's throughput figures on the demo's CPU image and tiny target. Prints figures.
+
+In one run: the kit's baseline decode tok/s (client-side, from the stream) and the server's own
+predicted_per_second, against `llama-bench -p 0 -n N -d D` (D = the prompt's token count, so the decode starts
+at the same context depth) with the same threads, in the same image, on the same model.
+
+    python3 bench/fidelity.py [--task en-prose] [--n-predict 256] [--runs 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import DEFAULT_MANIFEST, build, session  # noqa: E402
+from harness import manifest as mf  # noqa: E402
+from harness import models as md  # noqa: E402
+from harness.engine import LocalEngine  # noqa: E402
+from harness.results import RunDir  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="en-prose")
+    ap.add_argument("--n-predict", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--models-dir", type=Path, default=Path("models"))
+    args = ap.parse_args()
+
+    demo = mf.load(DEFAULT_MANIFEST)
+    rec = build.latest_record(demo)
+    if rec is None:
+        sys.exit("no demo image: run `invoke build` first")
+    raw = yaml.safe_load(DEFAULT_MANIFEST.read_text())
+    raw["strategies"] = [s for s in raw["strategies"] if s["spec_type"] == "none"]
+    raw["tasks"] = [dict(t, n_predict=args.n_predict) for t in raw["tasks"] if t["id"] == args.task]
+    raw["runs"] = args.runs
+    t = str(args.threads)
+    raw["server_args"] = ["-c", "12288", "--parallel", "1", "-t", t, "-tb", t]
+    with tempfile.TemporaryDirectory(prefix="specbench-fidelity-") as tmp:
+        man = Path(tmp) / "fidelity.yaml"
+        (Path(tmp) / "tasks").symlink_to(DEFAULT_MANIFEST.parent / "tasks")
+        man.write_text(yaml.safe_dump(raw, allow_unicode=True))
+        paths = md.ensure(demo, args.models_dir, download=False, log=lambda s: None)
+        session.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
+                    progress=False, log=lambda s: None)
+        recs = [r for r in RunDir.open(Path(tmp) / "r" / "fidelity").measurements() if r["status"] == "ok"]
+    client = [r["client"]["decode_tok_s"] for r in recs]
+    server = [r["server"]["predicted_per_second"] for r in recs]
+    depth = recs[0]["server"]["prompt_n"]
+    eng = LocalEngine()
+    target = paths["target"]
+    out = eng.client.containers.run(
+        rec["tag"], ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
+                     "-d", str(depth), "-t", t, "-r", str(args.runs), "-o", "json"],
+        volumes={str(target): {"bind": f"/models/{target.name}", "mode": "ro"}}, network_mode="none",
+        remove=True, stdout=True, stderr=False, labels={"specbench.role": "fidelity"})
+    bench = json.loads(out.decode())
+    tg = bench[0]["avg_ts"]
+    med = statistics.median
+    print(f"task {args.task}: decode of {args.n_predict} tokens after {depth} prompt tokens, {t} threads, "
+          f"{len(recs)} runs")
+    print(f"llama-bench tg{args.n_predict} @ d{depth}: {tg:,.1f} ± {bench[0]['stddev_ts']:,.1f} tok/s")
+    print(f"kit, server predicted_per_second: median {med(server):,.1f} tok/s  ({med(server) / tg:.3f} of llama-bench)")
+    print(f"kit, client-side (stream):        median {med(client):,.1f} tok/s  ({med(client) / tg:.3f} of llama-bench)")
+    ratios = [c / s for c, s in zip(client, server, strict=True)]
+    print(f"client / server per run: median {med(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Share a manifest, reproduce someone else's numbers: bundle, reproduce, compare; the hub path up to the
+network boundary (a local server that answers like the hub)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import yaml
+
+from harness import ROOT, KitError, session
+from harness import bundle as bu
+from harness import compare as cmp
+from harness import manifest as mf
+from harness import models as md
+from tests.conftest import DEMO, write_manifest
+from tests.fakehub import FakeHub
+
+
+def _hf_manifest(tmp_path, sha256):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["models"] = {"target": {"file": "hub-target.gguf", "hf": {"repo": "org/tiny", "file": "t.gguf",
+                                                                 "revision": "main"}, "sha256": sha256}}
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"}]
+    return mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "hub.yaml"))
+
+
+def test_hub_download_verified_and_mismatch_refused(tmp_path, monkeypatch):
+    data = md.write_tiny(tmp_path / "src.gguf", "tiny-draft", 3).read_bytes()
+    good = hashlib.sha256(data).hexdigest()
+    with FakeHub({"org/tiny/t.gguf": data}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        paths = md.ensure(_hf_manifest(tmp_path, good), tmp_path / "models", log=lambda s: None)
+        assert hashlib.sha256(paths["target"].read_bytes()).hexdigest() == good
+        assert any(r.startswith("GET /org/tiny/resolve/main/t.gguf") for r in hub.requests)
+        with pytest.raises(KitError, match=r"models.target: downloaded org/tiny/t.gguf has sha256 [0-9a-f]{64}, "
+                                           r"the manifest pins 4444.*removed"):
+            md.ensure(_hf_manifest(tmp_path / "x", "4" * 64), tmp_path / "models2", log=lambda s: None)
+        assert not (tmp_path / "models2" / "hub-target.gguf").exists()
+        raw = yaml.safe_load(DEMO.read_text())
+        raw["models"] = {"target": {"file": "nope.gguf", "hf": {"repo": "org/tiny", "file": "nope.gguf"}}}
+        raw["strategies"] = [{"id": "baseline", "spec_type": "none"}]
+        m = mf.load(write_manifest(tmp_path / "y", yaml.safe_dump(raw, allow_unicode=True), "nope.yaml"))
+        with pytest.raises(KitError, match="models.target: nope.gguf not found in org/tiny"):
+            md.ensure(m, tmp_path / "models3", log=lambda s: None)
+
+
+def test_strict_validate_names_unpinned_fields():
+    from harness.validation import describe, unpinned
+
+    problems = unpinned(mf.load(DEMO))
+    assert any("tasks[0].sha256: not pinned (zh-prose)" in p for p in problems)
+    spark = unpinned(mf.load(ROOT / "manifests" / "spark-qwen3.8-27b.yaml"))
+    assert any("models.target.sha256: not pinned" in p for p in spark)
+    assert any("models.dflash2.hf.revision: not pinned" in p for p in spark)
+    with pytest.raises(KitError, match="problems"):
+        describe(mf.load(DEMO), ROOT / "models", strict=True)
+
+
+def _small_run(tmp_path, models_dir, run_id):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")]
+    raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("json-out", "translate")]
+    raw["runs"] = 3
+    path = write_manifest(tmp_path / "shared", yaml.safe_dump(raw, allow_unicode=True), "shared.yaml")
+    session.run(path, results_dir=tmp_path / "results", models_dir=models_dir, run_id=run_id, seed=9,
+                progress=False, log=lambda s: None)
+    return path, tmp_path / "results" / run_id
+
+
+@pytest.mark.image
+def test_bundle_reproduce_compare(tmp_path, demo_image, models_dir):
+    _, run_dir = _small_run(tmp_path / "alice", models_dir, "alice")
+    archive = bu.make(run_dir, tmp_path / "alice.bundle.tar.gz")
+    names = tarfile.open(archive).getnames()
+    assert "alice/bundle.json" in names and "alice/manifest/shared.yaml" in names
+    assert "alice/manifest/tasks/json-out.md" in names and "alice/run/measurements.jsonl" in names
+    # Bob has the bundle alone, in a fresh folder
+    bob = tmp_path / "bob"
+    res = bu.reproduce(archive, bob, models_dir=models_dir, progress=False, log=lambda s: None)
+    c = res["comparison"]
+    assert c["comparable"] and not [d for d in c["differences"] if not d["field"].startswith("hardware")]
+    assert len(c["rows"]) == 4 and all(r["ratio"] and r["ratio"] > 0 for r in c["rows"])
+    # draft counts are deterministic in a fresh server: a true reproduction drafts the same
+    assert all(r["drafts"] == "same" for r in c["rows"]), c["rows"]
+    assert all(r["verdict"] in ("same", "faster", "slower") for r in c["rows"])
+    assert sum(r["verdict"] == "same" for r in c["rows"]) >= 3, c["rows"]
+    text = (bob / "RESULTS.md").read_text()
+    assert "## Comparison: alice (A) vs" in text and "B/A" in text
+    assert json.loads((bob / "compare.json").read_text())["a"]["run_id"] == "alice"
+    out = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", str(archive), res["run"]],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "verdicts:" in out.stdout and "json-out" in out.stdout
+
+
+@pytest.mark.image
+def test_tampering_is_detected(tmp_path, demo_image, models_dir):
+    manifest_path, run_dir = _small_run(tmp_path, models_dir, "t")
+    archive = bu.make(run_dir, tmp_path / "t.tar.gz")
+    # a modified measurement inside the bundle
+    work = tmp_path / "unpacked"
+    with tarfile.open(archive) as tf:
+        tf.extractall(work, filter="data")
+    mfile = work / "t" / "run" / "measurements.jsonl"
+    lines = mfile.read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["client"]["decode_tok_s"] *= 10
+    mfile.write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tf:
+        tf.add(work / "t", "t")
+    with pytest.raises(KitError, match="run/measurements.jsonl was modified"):
+        bu.open_bundle(bad, tmp_path / "x")
+    # an edited prompt since the run
+    prompt = manifest_path.parent / "tasks" / "json-out.md"
+    prompt.write_text(prompt.read_text() + "\nAlso add a field.\n")
+    with pytest.raises(KitError, match="json-out.md: sha256 .* differs from the one run t used .*edited"):
+        bu.make(run_dir, tmp_path / "t2.tar.gz")
+    # not a bundle at all
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(os.urandom(100))
+    with pytest.raises(KitError, match="not a specbench bundle"):
+        bu.open_bundle(junk, tmp_path / "y")
+    # a results file that fails the schema
+    (run_dir / "measurements.jsonl").write_text(json.dumps({"format_version": 1, "run_id": "t"}) + "\n"
+                                                 + (run_dir / "measurements.jsonl").read_text())
+    with pytest.raises(KitError, match="measurements.jsonl: line 1: .*is a required property"):
+        cmp.compare(run_dir, run_dir)
