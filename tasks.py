@@ -283,3 +283,28 @@ def compare(c, a, b, out=None):
         if out:
             rp.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")
+
+
+@task(iterable=["host"], help={
+    "manifest": "manifest YAML (default: the CPU demo); its image is used",
+    "size_mib": "array size in MiB (default: 256 per array on the CPU, 1024 on CUDA)",
+    **HOST_HELP,
+})
+@kit_errors
+def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
+    """Measure each host's memory bandwidth in the image; later runs' physics checks use it, not the spec sheet."""
+    from harness import build as bd
+    from harness import manifest as mf
+    from harness import probe as pb
+
+    m = mf.load(_manifest_path(c, manifest))
+    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
+        try:
+            rec = bd.latest_record(m, host=eng.name)
+            if rec is None:
+                raise KitError(f"no image built for {m.name} on {eng.name}; run `invoke build` first")
+            res = pb.run(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
+        finally:
+            eng.close()
+        print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
+              f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")

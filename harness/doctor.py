@@ -24,8 +24,10 @@ class Item:
         return text + (f"\n       fix: {self.fix}" if not self.ok and self.fix else "")
 
 
-def check(engine: Engine, manifest: Manifest, local_models: Path) -> list[Item]:
-    """Docker, GPU and driver, NVIDIA runtime, disk, model files and image on the engine's host."""
+def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool = True) -> list[Item]:
+    """Docker, GPU and driver, NVIDIA runtime, disk, model files and image on the engine's host.
+
+    models=False skips hashing the model files (the run verifies them as it places them)."""
     items: list[Item] = []
     v = engine.client.version()
     info = engine.client.info()
@@ -49,7 +51,7 @@ def check(engine: Engine, manifest: Manifest, local_models: Path) -> list[Item]:
     # model files at the host's models folder
     remote_dir = engine.models_dir()
     need = 0
-    for m in manifest.models_used():
+    for m in manifest.models_used() if models else []:
         local = m.local_path(local_models)
         if remote_dir is None:
             where = local
@@ -92,3 +94,13 @@ def check(engine: Engine, manifest: Manifest, local_models: Path) -> list[Item]:
             items.append(Item("image", False, f"{rec['tag']} is recorded but not on the host",
                               "invoke build --force", fatal=False))
     return items
+
+
+def preflight(engine: Engine, manifest: Manifest, local_models: Path) -> None:
+    """The doctor's checks at the start of a run: any fatal item stops it, each named with its fix."""
+    from harness import KitError
+
+    bad = [i for i in check(engine, manifest, local_models, models=False) if not i.ok and i.fatal]
+    if bad:
+        lines = "; ".join(f"{i.name}: {i.detail} (fix: {i.fix})" for i in bad)
+        raise KitError(f"{engine.name} is not ready: {lines}")

@@ -114,6 +114,7 @@ class Strategy:
     draft: str | None = None
     args: tuple[str, ...] = ()
     label: str | None = None
+    parallel: int = 1
 
     @property
     def speculative(self) -> bool:
@@ -316,7 +317,9 @@ def _build(path: Path, where: str, raw: dict[str, Any], text: str, check_files: 
                          "--host", "--port"):
             if reserved in args:
                 raise fail(f"{fp}.args", f"{reserved!r} is set by the kit; use spec_type/draft/models instead")
-        strategies.append(Strategy(s["id"], s["spec_type"], draft, args, s.get("label")))
+        if s.get("parallel", 1) > 1 and ("--parallel" in args or "-np" in args):
+            raise fail(f"{fp}.args", "give the number of slots with parallel, not --parallel in args")
+        strategies.append(Strategy(s["id"], s["spec_type"], draft, args, s.get("label"), int(s.get("parallel", 1))))
 
     tasks: list[Task] = []
     seen = {}

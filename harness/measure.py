@@ -48,7 +48,15 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
     if strategy.draft:
         cmd += ["-md", f"{MODELS_MOUNT}/{strategy.draft}/{model_paths[strategy.draft].name}"]
     cmd += ["--spec-type", strategy.spec_type]
-    cmd += list(manifest.server_args) + list(strategy.args)
+    common = list(manifest.server_args)
+    if strategy.parallel > 1:
+        # The strategy's slot count replaces the manifest's --parallel.
+        for flag in ("--parallel", "-np"):
+            while flag in common:
+                i = common.index(flag)
+                del common[i:i + 2]
+        common += ["--parallel", str(strategy.parallel)]
+    cmd += common + list(strategy.args)
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
     return cmd
 
@@ -270,11 +278,55 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def run_request(manifest: Manifest, task: Task, server: Endpoint, with_probs: bool) -> dict[str, Any]:
-    """The timed request (and for the baseline, the untimed probability request) against a ready server."""
+def _concurrent(manifest: Manifest, task: Task, server: Endpoint, prompt: str, n: int) -> tuple[StreamResult,
+                                                                                                dict[str, Any]]:
+    """n identical streamed requests at once; stream 0's result and the aggregate figures."""
+    import threading
+
+    results: list[StreamResult | None] = [None] * n
+    errors: list[BaseException] = []
+    spans: list[tuple[float, float]] = [(0.0, 0.0)] * n
+    barrier = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            t0 = time.monotonic()
+            results[i] = stream_completion(server, request_body(manifest, task, prompt, stream=True),
+                                           manifest.request_timeout_s, manifest.endpoint)
+            spans[i] = (t0, time.monotonic())
+        except BaseException as e:  # noqa: BLE001 - reported below, in the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        e = errors[0]
+        raise e if isinstance(e, MeasurementFailed) else MeasurementFailed(f"concurrent request failed: {e}")
+    tokens = sum(int(r.final.get("timings", {}).get("predicted_n", len(r.tokens))) for r in results)
+    wall = max(b for _, b in spans) - min(a for a, _ in spans)
+    per = []
+    for r in results:
+        n_tok = int(r.final.get("timings", {}).get("predicted_n", len(r.tokens)))
+        per.append(round((n_tok - 1) / r.decode_s, 3) if r.decode_s > 0 and n_tok > 1 else None)
+    return results[0], {"streams": n, "aggregate_tok_s": round(tokens / wall, 3) if wall > 0 else 0.0,
+                        "wall_s": round(wall, 6), "per_stream_tok_s": per, "tokens": tokens}
+
+
+def run_request(manifest: Manifest, task: Task, server: Endpoint, with_probs: bool,
+                parallel: int = 1) -> dict[str, Any]:
+    """The timed request (and for the baseline, the untimed probability request) against a ready server.
+    With parallel > 1, that many identical requests run at once and the aggregate is recorded too."""
     prompt = task.prompt()
-    res = stream_completion(server, request_body(manifest, task, prompt, stream=True), manifest.request_timeout_s,
-                            manifest.endpoint)
+    concurrency = None
+    if parallel > 1:
+        res, concurrency = _concurrent(manifest, task, server, prompt, parallel)
+    else:
+        res = stream_completion(server, request_body(manifest, task, prompt, stream=True),
+                                manifest.request_timeout_s, manifest.endpoint)
     timings = res.final.get("timings", {})
     predicted_n = int(timings.get("predicted_n", len(res.tokens) or res.chunks))
     # One token arrives with the first chunk; the decode rate counts the ones after it.
@@ -293,6 +345,8 @@ def run_request(manifest: Manifest, task: Task, server: Endpoint, with_probs: bo
                    "tokens": res.tokens, "n_tokens": predicted_n,
                    "stop_type": res.final.get("stop_type")},
     }
+    if concurrency is not None:
+        out["concurrency"] = concurrency
     if with_probs:
         out["probs"] = token_probs(server, request_body(manifest, task, prompt, stream=False, n_probs=2),
                                    manifest.request_timeout_s)
@@ -365,7 +419,7 @@ def measure(engine: Engine, manifest: Manifest, strategy: Strategy, task: Task, 
                 on_container(server.container.id)
             t_ready = time.monotonic()
             try:
-                rec.update(run_request(manifest, task, server.url, with_probs))
+                rec.update(run_request(manifest, task, server.url, with_probs, strategy.parallel))
             except MeasurementFailed as e:
                 raise server.check_alive(e.reason) from None
             t_done = time.monotonic()

@@ -194,6 +194,16 @@ def _latency(summary: dict[str, Any]) -> str:
                                    "server tok/s"], tablefmt="github", disable_numparse=True)
 
 
+def _concurrency(summary: dict[str, Any]) -> str:
+    rows = [[_cell_label(summary, c), c["task"], c["streams"], _fmt(c["aggregate_tok_s"]["median"]),
+             _fmt(c["per_stream_tok_s"]["median"]), _fmt(c["per_stream_tok_s"]["min"])]
+            for c in summary["cells"] if c.get("streams", 1) > 1 and c["runs_ok"]]
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["strategy", "task", "streams", "aggregate tok/s", "per-stream tok/s",
+                                   "slowest stream"], tablefmt="github", disable_numparse=True)
+
+
 def _determinism(summary: dict[str, Any]) -> str:
     if summary["baseline"] is None:
         return "(no baseline strategy: nothing to compare against)"
@@ -236,6 +246,9 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
               "only when flagged.", "", _physics(summary), ""]
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "",
               _determinism(summary), ""]
+    conc = _concurrency(summary)
+    if conc:
+        parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
     parts += ["### Prefill, time to first token, load, memory (medians)", "", _latency(summary), ""]
     if summary["missing"]:
         parts += ["### Missing cells", ""]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from harness import KitError, schema
 
 RUN_FILE = "run.json"
+#: A run writes a few kB per measurement; refuse to start where even this much is not free.
+MIN_FREE_BYTES = 16 << 20
 MEASUREMENTS_FILE = "measurements.jsonl"
 FORMAT_VERSION = 1
 
@@ -54,6 +57,10 @@ class RunDir:
             probe.unlink()
         except OSError as e:
             raise KitError(f"results folder {results_dir} is not writable: {e.strerror or e}") from None
+        free = shutil.disk_usage(results_dir).free
+        if free < MIN_FREE_BYTES:
+            raise KitError(f"results folder {results_dir} has {free / 1024:,.0f} kB free; a run needs at least "
+                           f"{MIN_FREE_BYTES >> 20} MB: free some space or pass --results elsewhere")
         path = results_dir / run_id
         if path.exists():
             raise KitError(f"{path} exists already; resume it with `invoke run --resume {run_id}` or pick another id")

@@ -176,6 +176,12 @@ class Runner:
                      "measurements": len(plan.items)},
             "interruptions": [],
         }
+        from harness import probe
+
+        measured = [p for p in (probe.latest(self.manifest.name, e.name) for e in self.engines) if p]
+        if measured:
+            meta["bandwidth"] = {"gbs": measured[0]["gbs"], "kind": measured[0]["kind"], "host": measured[0]["host"],
+                                 "measured_at": measured[0]["measured_at"]}
         rd.write_meta(meta)
         return rd
 
@@ -201,6 +207,11 @@ class Runner:
                      f"{len(todo)} to go")
         self._order = itertools.count(len(rd_done))
         self._stop.clear()
+        # A host that dropped mid-run may have left this run's container behind: remove it now it is back.
+        for e in self.engines:
+            for c in e.kit_containers(rd.run_id):
+                self.log(f"{e.name}: removing {c.short_id} left by an earlier attempt of run {rd.run_id}")
+                e.remove(c)
         by_host: dict[str, list[Planned]] = {}
         for item in todo:
             by_host.setdefault(item.host, []).append(item)
@@ -306,7 +317,7 @@ class Runner:
         quiet = self._quiet(engine, run_id)
         rec = {"run_id": run_id, **self._record_base(item), "quiet": quiet}
         rec.update(measure(engine, self.manifest, s, t, self.paths_by_host[engine.name], self.image, self.backend,
-                           labels_for(run_id, s, t, item.run_index), with_probs=not s.speculative))
+                           labels_for(run_id, s, t, item.run_index), with_probs=not s.speculative and s.parallel == 1))
         return rec
 
     def _execute_reusing(self, rd: RunDir, items: list[Planned], counts: dict[str, int], bar) -> None:
@@ -332,7 +343,7 @@ class Runner:
                         t0 = time.monotonic()
                         try:
                             rec.update(run_request(self.manifest, item.cell.task, server.url,
-                                                   not strategy.speculative))
+                                                   not strategy.speculative, strategy.parallel))
                             rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                              "request_s": rec["client"]["request_s"]}
                         except MeasurementFailed as e:

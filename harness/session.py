@@ -42,6 +42,10 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
                 raise KitError(f"no image built for manifest {manifest.name} {where}; run `invoke build{flag}` first")
             build_record = build_record or rec
     model_paths = models.ensure(manifest, models_dir, download=True, log=log)
+    from harness.doctor import preflight
+
+    for e in engines:
+        preflight(e, manifest, models_dir)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
                      shuffle_seed=seed)
     runner = Runner(manifest, engines, model_paths, build_record, log=log, progress=progress,

@@ -126,6 +126,10 @@ def _cell(host: str, s: str, t: str, spec_type: str, ok: list[dict], failed: lis
         "acceptance": _r(accepted / drafted, 4) if drafted else None,
         "tokens_per_pass": stats([x for x in tpps if x is not None]),
         "series": [_r(x) for x in tps],
+        "streams": max((r.get("concurrency", {}).get("streams", 1) for r in ok), default=1),
+        "aggregate_tok_s": stats([r["concurrency"]["aggregate_tok_s"] for r in ok if "concurrency" in r]),
+        "per_stream_tok_s": stats([x for r in ok if "concurrency" in r for x in r["concurrency"]["per_stream_tok_s"]
+                                   if x is not None]),
         "speedup": None,
         "checks": {"contamination": verdict.as_dict()},
     }

@@ -168,3 +168,29 @@ def test_run_without_image_or_with_unknown_names(tmp_path, models_dir):
         from harness.runner import make_plan
 
         make_plan(mf.load(DEMO), ["local"], strategies=["nope"])
+
+
+def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, models_dir):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"},
+                         {"id": "baseline-x3", "spec_type": "none", "parallel": 3},
+                         {"id": "ngram-mod-x3", "spec_type": "ngram-mod", "parallel": 3}]
+    raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "json-out"]
+    raw["runs"] = 1
+    p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "par.yaml")
+    session.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="par", progress=False,
+                log=lambda s: None)
+    recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "par")}
+    for sid in ("baseline-x3", "ngram-mod-x3"):
+        r = recs[sid]
+        assert r["status"] == "ok", r.get("failure")
+        cmd = r["server_command"]
+        assert cmd.count("--parallel") == 1 and cmd[cmd.index("--parallel") + 1] == "3"
+        c = r["concurrency"]
+        assert c["streams"] == 3 and len(c["per_stream_tok_s"]) == 3 and c["tokens"] == 3 * 128
+        assert c["aggregate_tok_s"] > 0 and all(x > 0 for x in c["per_stream_tok_s"])
+    assert "concurrency" not in recs["baseline"] and "probs" in recs["baseline"]
+    from harness import report as rp
+
+    rp.write([tmp_path / "r" / "par"], tmp_path / "R.md", plot=False)
+    assert "### Concurrency" in (tmp_path / "R.md").read_text()
