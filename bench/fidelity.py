@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -49,7 +50,7 @@ def main() -> None:
     raw["server_args"] = ["-c", "12288", "--parallel", "1", "-t", t, "-tb", t]
     with tempfile.TemporaryDirectory(prefix="specbench-fidelity-") as tmp:
         man = Path(tmp) / "fidelity.yaml"
-        (Path(tmp) / "tasks").symlink_to(DEFAULT_MANIFEST.parent / "tasks")
+        shutil.copytree(DEFAULT_MANIFEST.parent / "tasks", Path(tmp) / "tasks")
         man.write_text(yaml.safe_dump(raw, allow_unicode=True))
         paths = md.ensure(demo, args.models_dir, download=False, log=lambda s: None)
         session.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
@@ -75,6 +76,38 @@ def main() -> None:
     print(f"kit, client-side (stream):        median {med(client):,.1f} tok/s  ({med(client) / tg:.3f} of llama-bench)")
     ratios = [c / s for c, s in zip(client, server, strict=True)]
     print(f"client / server per run: median {med(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
+    # Where a gap to llama-bench comes from: the same server, streamed and non-streamed requests interleaved.
+    streamed, plain = streaming_cost(eng, rec["tag"], demo, paths, args, raw["server_args"])
+    print(f"one server, {args.runs} requests each, interleaved: streamed {med(streamed):,.1f} tok/s, "
+          f"non-streamed {med(plain):,.1f} tok/s (streaming costs {1 - med(streamed) / med(plain):.1%})")
+
+
+def streaming_cost(eng, image, demo, paths, args, server_args):
+    import dataclasses
+
+    from harness.measure import request_body, server_spec, stream_completion, wait_ready
+
+    manifest = dataclasses.replace(demo, server_args=tuple(server_args))
+    task = dataclasses.replace(demo.task(args.task), n_predict=args.n_predict)
+    port = eng.free_port()
+    spec = server_spec(manifest, manifest.baseline(), paths, image, port, "cpu")
+    ctr = eng.start_server(spec.image, spec.command, spec.mounts, {"specbench.role": "fidelity"})
+    streamed, plain = [], []
+    try:
+        ep = eng.endpoint(port)
+        wait_ready(eng, ctr, ep, 60)
+        prompt = task.prompt()
+        for _ in range(args.runs):
+            res = stream_completion(ep, request_body(manifest, task, prompt, stream=True), 300)
+            streamed.append(res.final["timings"]["predicted_per_second"])
+            conn = ep.connection(300)
+            conn.request("POST", "/completion", body=json.dumps(request_body(manifest, task, prompt, stream=False)),
+                         headers={"Content-Type": "application/json"})
+            plain.append(json.loads(conn.getresponse().read())["timings"]["predicted_per_second"])
+            conn.close()
+    finally:
+        eng.remove(ctr)
+    return streamed, plain
 
 
 if __name__ == "__main__":

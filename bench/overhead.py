@@ -2,7 +2,8 @@
 """Kit overhead per measurement on the demo, and client-side vs server-side decode rate. Prints figures.
 
 overhead = wall time of a measurement - (container start to ready) - (timed request) - (baseline's untimed
-probability request); i.e. what the kit adds: the quiet check, container removal, memory stats, bookkeeping.
+probability request) - (container stop and removal); i.e. what the kit adds: memory read, HTTP client,
+bookkeeping. Docker's own container start and stop are shown beside it.
 
     python3 bench/overhead.py                 # a fresh demo run (2 runs per cell) on the local engine
     python3 bench/overhead.py --run-dir D     # figures of an existing run folder
@@ -33,12 +34,16 @@ def figures(run_dir: Path, matrix_wall_s: float | None) -> None:
     load = [r["timing"]["load_s"] for r in fresh]
     req = [r["timing"]["request_s"] for r in fresh]
     wall = [r["wall_s"] for r in fresh]
+    stop = [r["timing"].get("stop_s", 0.0) for r in fresh]
     ratio = [r["client"]["decode_tok_s"] / r["server"]["predicted_per_second"] for r in fresh
              if r["client"]["decode_tok_s"] and r["server"]["predicted_per_second"]]
     med = statistics.median
     print(f"measurements: {len(fresh)} ({run_dir})")
     print(f"per measurement, median: wall {med(wall):.3f} s = container start {med(start):.3f} s + load (health) "
-          f"{med(load):.3f} s + request {med(req):.3f} s + kit overhead {med(over):.3f} s")
+          f"{med(load):.3f} s + request {med(req):.3f} s + container stop/remove {med(stop):.3f} s "
+          f"+ kit overhead {med(over):.3f} s")
+    print(f"Docker container start + stop: median {med(start) + med(stop):.3f} s, "
+          f"{(sum(start) + sum(stop)) / sum(wall):.1%} of the measurements' wall time")
     print(f"kit overhead: median {med(over):.3f} s, max {max(over):.3f} s, "
           f"{sum(over) / sum(wall):.1%} of the measurements' wall time")
     if matrix_wall_s:

@@ -115,13 +115,11 @@ class Engine:
             return ""
 
     def memory_peak(self, container) -> int | None:
-        """Peak memory of the container in bytes, where the engine reports it (cgroup v1 stats, v2 memory.peak)."""
+        """Peak memory of the container in bytes (cgroup v1 max_usage or v2 memory.peak), read inside it: the
+        engine's stats endpoint waits for its next 1 s sample, which would dominate a short measurement."""
         try:
-            stats = container.stats(stream=False, one_shot=True)
-            peak = stats.get("memory_stats", {}).get("max_usage")
-            if peak:
-                return int(peak)
-            code, out = container.exec_run(["cat", "/sys/fs/cgroup/memory.peak"])
+            code, out = container.exec_run(["sh", "-c", "cat /sys/fs/cgroup/memory.peak 2>/dev/null || "
+                                            "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes"])
             if code == 0 and out.strip().isdigit():
                 return int(out.strip())
         except (docker.errors.APIError, requests.exceptions.RequestException, ValueError):

@@ -126,3 +126,69 @@ def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_d
     rp.write([tmp_path / "r" / "two"], tmp_path / "R.md")
     text = (tmp_path / "R.md").read_text()
     assert "| local: baseline " in text and f"| {sshd['spec']}: ngram-mod " in text
+
+
+@pytest.mark.image
+def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_dir):
+    import threading
+    import time
+
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["strategies"] = [s for s in raw["strategies"] if s["id"] == "baseline"]
+    raw["tasks"] = [dict(t, n_predict=64) for t in raw["tasks"] if t["id"] in ("zh-prose", "en-prose", "code-gen")]
+    raw["runs"] = 2
+    path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "drop.yaml")
+    from harness import manifest as mf
+
+    eng = _remote(sshd, tmp_path)
+    bd.build(eng.client, mf.load(path), log=lambda s: None, host=eng.name)
+    mfile = tmp_path / "r" / "rdrop" / "measurements.jsonl"
+
+    def drop():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if mfile.exists() and len(mfile.read_text().splitlines()) >= 2:
+                eng.conn.client.close()  # the network goes away under the run
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=drop, daemon=True).start()
+    with pytest.raises(KitError) as e:
+        session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="rdrop", seed=1,
+                    progress=False, engines=[eng], log=lambda s: None)
+    assert "\n" not in str(e.value) and "resume with `invoke run --resume rdrop`" in str(e.value)
+    first = RunDir.open(tmp_path / "r" / "rdrop").measurements()
+    assert 2 <= len(first) < 6
+    eng2 = _remote(sshd, tmp_path)
+    try:
+        out = session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, resume="rdrop",
+                          progress=False, engines=[eng2], log=lambda s: None)
+    finally:
+        eng2.close()
+    assert f"{len(first)} already recorded" in out
+    final = RunDir.open(tmp_path / "r" / "rdrop").measurements()
+    assert len(final) == 6 == len({r["measurement_id"] for r in final})
+    assert LocalEngine().kit_containers("rdrop") == []
+
+
+@pytest.mark.image
+def test_cli_build_run_report_with_host(sshd, tmp_path, demo_image, models_dir):
+    ssh = ["--host", sshd["spec"], "--ssh-key", sshd["client_key"], "--known-hosts", sshd["known_hosts"],
+           "--remote-models", str(tmp_path / "remote-models")]
+
+    def invoke(*args):
+        res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    out = invoke("build", *ssh)
+    assert f"{sshd['spec']}: image specbench/llama-server:cpu-" in out and "reused" in out
+    out = invoke("doctor", *ssh, "--models-dir", str(models_dir))
+    assert "ok   docker:" in out and "FAIL" not in out
+    invoke("run", *ssh, "--models-dir", str(models_dir), "--results", str(tmp_path / "r"), "--run-id", "cli",
+           "--strategy", "baseline,ngram-mod", "--task-id", "json-out", "--runs", "1", "--no-progress")
+    invoke("report", str(tmp_path / "r" / "cli"), "--out", str(tmp_path / "R.md"))
+    recs = RunDir.open(tmp_path / "r" / "cli").measurements()
+    assert len(recs) == 2 and all(r["host"] == sshd["spec"] and r["status"] == "ok" for r in recs)
+    assert "ngram-mod" in (tmp_path / "R.md").read_text()
