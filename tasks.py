@@ -215,11 +215,11 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
     total = 0
     for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
         try:
-            left = eng.kit_containers(run_id)
+            left = eng.kit_containers(run_id, helpers=True)
             for ctr in left:
                 eng.remove(ctr)
-                print(f"{eng.name}: removed {ctr.short_id} ({ctr.labels.get('specbench.run')} "
-                      f"{ctr.labels.get('specbench.strategy')})")
+                what = ctr.labels.get("specbench.run") or ctr.labels.get("specbench.role")
+                print(f"{eng.name}: removed {ctr.short_id} ({what} {ctr.labels.get('specbench.strategy', '')})")
             total += len(left)
         finally:
             eng.close()

@@ -396,9 +396,14 @@ def image_for(client: docker.DockerClient, tag: str):
 
 def version_of(client: docker.DockerClient, image: str) -> str:
     """What `llama-server --version` prints inside the image (it prints to stderr)."""
-    out = client.containers.run(image, ["llama-server", "--version"], remove=True, stdout=True, stderr=True,
-                                network_mode="none", labels={f"{LABEL_PREFIX}.role": "version"})
-    return out.decode("utf-8", "replace").strip()
+    ctr = client.containers.create(image, ["llama-server", "--version"], network_mode="none",
+                                   labels={f"{LABEL_PREFIX}.role": "version"})
+    try:
+        ctr.start()
+        ctr.wait(timeout=120)
+        return ctr.logs(stdout=True, stderr=True).decode("utf-8", "replace").strip()
+    finally:
+        ctr.remove(force=True)
 
 
 def _condense(line: str) -> str | None:

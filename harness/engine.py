@@ -136,10 +136,14 @@ class Engine:
             if "already in progress" not in str(e):
                 raise
 
-    def kit_containers(self, run_id: str | None = None) -> list:
-        """Containers the kit labelled, optionally of one run, running or not."""
+    def kit_containers(self, run_id: str | None = None, helpers: bool = False) -> list:
+        """Containers the kit labelled, optionally of one run, running or not; with `helpers`, also its
+        short-lived ones (version check, probe)."""
         label = f"{LABEL_PREFIX}.run={run_id}" if run_id else f"{LABEL_PREFIX}.run"
-        return self.client.containers.list(all=True, filters={"label": label})
+        found = self.client.containers.list(all=True, filters={"label": label})
+        if helpers and run_id is None:
+            found += self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.role"})
+        return found
 
     # -- host facts
     def run_host(self, argv: list[str], timeout: float = 20) -> tuple[int, str]:

@@ -194,3 +194,17 @@ def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, 
 
     rp.write([tmp_path / "r" / "par"], tmp_path / "R.md", plot=False)
     assert "### Concurrency" in (tmp_path / "R.md").read_text()
+
+
+def test_invoke_clean_removes_labelled_leftovers(demo_image, docker_client):
+    left = docker_client.containers.create(demo_image["tag"], ["llama-server", "--version"],
+                                           labels={"specbench.run": "leftover", "specbench.strategy": "baseline"})
+    other = docker_client.containers.create(demo_image["tag"], ["true"], labels={"unrelated": "1"})
+    try:
+        res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "clean", "--run-id", "leftover"],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and "1 container(s) removed" in res.stdout, res.stdout + res.stderr
+        assert docker_client.containers.list(all=True, filters={"id": left.id}) == []
+        assert docker_client.containers.list(all=True, filters={"id": other.id}) != []
+    finally:
+        other.remove(force=True)
