@@ -6,6 +6,7 @@ does not land on one strategy. `reuse_server` runs the naive protocol on purpose
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import signal
 import threading
@@ -183,6 +184,8 @@ class Runner:
             meta["bandwidth"] = {"gbs": measured[0]["gbs"], "kind": measured[0]["kind"], "host": measured[0]["host"],
                                  "measured_at": measured[0]["measured_at"]}
         rd.write_meta(meta)
+        # The build record beside the results as well (run.json carries the same under "build").
+        (rd.path / "build.json").write_text(json.dumps(self.build, indent=2) + "\n")
         return rd
 
     def check_image(self) -> None:

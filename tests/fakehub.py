@@ -37,13 +37,16 @@ class FakeHub:
                 for k, v in (extra or {}).items():
                     self.send_header(k, v)
 
+            def _not_found(self):
+                self.send_response(404)
+                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_HEAD(self):
                 data = self._lookup()
                 if data is None:
-                    self.send_response(404)
-                    self.send_header("X-Error-Code", "EntryNotFound")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self._not_found()
                     return
                 self._headers(data, extra={"Content-Length": str(len(data))})
                 self.end_headers()
@@ -51,10 +54,7 @@ class FakeHub:
             def do_GET(self):
                 data = self._lookup()
                 if data is None:
-                    self.send_response(404)
-                    self.send_header("X-Error-Code", "EntryNotFound")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self._not_found()
                     return
                 start = 0
                 rng = self.headers.get("Range")

@@ -44,6 +44,7 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     assert all("probs" not in r for r in recs if r["strategy"] != "baseline")
     meta = RunDir.open(demo_run).read_meta()
     assert meta["status"] == "complete" and meta["plan"]["shuffle_seed"] == 1234
+    assert json.loads((demo_run / "build.json").read_text())["image_id"] == meta["build"]["image_id"]
     assert meta["manifest"]["sha256"] == demo_manifest.sha256
     assert meta["environment"]["local"]["docker_version"]
 
