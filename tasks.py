@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -42,11 +43,18 @@ HOST_HELP = {
 }
 
 
+@contextlib.contextmanager
 def _engines(c, host, ssh_key, known_hosts, remote_models):
+    """The engines of the named hosts (or invoke.yaml's, or local), all closed when the task is done."""
     from harness.remote import engines_for
 
     hosts = _split(host) or list(_cfg(c, "hosts", []) or [])
-    return engines_for(hosts, ssh_key=ssh_key, known_hosts=known_hosts, remote_models=remote_models)
+    engines = engines_for(hosts, ssh_key=ssh_key, known_hosts=known_hosts, remote_models=remote_models)
+    try:
+        yield engines
+    finally:
+        for eng in engines:
+            eng.close()
 
 
 def kit_errors(fn):
@@ -120,15 +128,13 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         tree = bd.describe_source(m, prefer=source)
         print(json.dumps(bd.plan(m, tree, backend).as_dict(), indent=2))
         return
-    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
-        try:
+    with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
+        for eng in engines:
             rec = bd.build(eng.client, m, backend=backend, force=force, prefer=source,
                            jobs=int(jobs) if jobs else None, host=eng.name)
-        finally:
-            eng.close()
-        what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
-        print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
-        print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
+            what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
+            print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
+            print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
 
 
 @task(iterable=["host"], help={
@@ -144,14 +150,12 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 
     m = mf.load(_manifest_path(c, manifest))
     failed = 0
-    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
-        try:
+    with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
+        for eng in engines:
             print(f"{eng.name}:")
             for item in dr.check(eng, m, Path(models_dir or _cfg(c, "models", "models"))):
                 print("  " + item.line())
                 failed += (not item.ok) and item.fatal
-        finally:
-            eng.close()
     if failed:
         raise Exit(code=1)
 
@@ -177,17 +181,13 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
     from harness import session
 
-    engines = _engines(c, host, ssh_key, known_hosts, remote_models)
-    try:
-            out = session.run(
+    with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
+        out = session.run(
             _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines)
-    finally:
-        for eng in engines:
-            eng.close()
     print(out)
 
 
@@ -213,16 +213,14 @@ def report(c, run_dir=None, out=None, no_plot=False):
 def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Remove containers the kit started and left behind (after a crash or a lost connection)."""
     total = 0
-    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
-        try:
+    with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
+        for eng in engines:
             left = eng.kit_containers(run_id, helpers=True)
             for ctr in left:
                 eng.remove(ctr)
                 what = ctr.labels.get("specbench.run") or ctr.labels.get("specbench.role")
                 print(f"{eng.name}: removed {ctr.short_id} ({what} {ctr.labels.get('specbench.strategy', '')})")
             total += len(left)
-        finally:
-            eng.close()
     print(f"{total} container(s) removed")
 
 
@@ -298,13 +296,11 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     from harness import probe as pb
 
     m = mf.load(_manifest_path(c, manifest))
-    for eng in _engines(c, host, ssh_key, known_hosts, remote_models):
-        try:
+    with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
+        for eng in engines:
             rec = bd.latest_record(m, host=eng.name)
             if rec is None:
                 raise KitError(f"no image built for {m.name} on {eng.name}; run `invoke build` first")
             res = pb.run(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
-        finally:
-            eng.close()
-        print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
-              f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")
+            print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
+                  f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")

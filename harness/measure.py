@@ -133,6 +133,17 @@ class StreamResult:
     tokens: list[int]
     final: dict[str, Any]
 
+    @property
+    def predicted_n(self) -> int:
+        """Tokens generated: the server's count, else the token ids or chunks the stream carried."""
+        return int(self.final.get("timings", {}).get("predicted_n", len(self.tokens) or self.chunks))
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Client-side decode rate: one token arrives with the first chunk, the rate counts the ones after it."""
+        n = self.predicted_n
+        return (n - 1) / self.decode_s if self.decode_s > 0 and n > 1 else None
+
 
 def request_body(manifest: Manifest, task: Task, prompt: str, *, stream: bool, n_probs: int = 0) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -306,12 +317,9 @@ def _concurrent(manifest: Manifest, task: Task, server: Endpoint, prompt: str, n
     if errors:
         e = errors[0]
         raise e if isinstance(e, MeasurementFailed) else MeasurementFailed(f"concurrent request failed: {e}")
-    tokens = sum(int(r.final.get("timings", {}).get("predicted_n", len(r.tokens))) for r in results)
+    tokens = sum(r.predicted_n for r in results)
     wall = max(b for _, b in spans) - min(a for a, _ in spans)
-    per = []
-    for r in results:
-        n_tok = int(r.final.get("timings", {}).get("predicted_n", len(r.tokens)))
-        per.append(round((n_tok - 1) / r.decode_s, 3) if r.decode_s > 0 and n_tok > 1 else None)
+    per = [None if r.decode_tok_s is None else round(r.decode_tok_s, 3) for r in results]
     return results[0], {"streams": n, "aggregate_tok_s": round(tokens / wall, 3) if wall > 0 else 0.0,
                         "wall_s": round(wall, 6), "per_stream_tok_s": per, "tokens": tokens}
 
@@ -328,9 +336,8 @@ def run_request(manifest: Manifest, task: Task, server: Endpoint, with_probs: bo
         res = stream_completion(server, request_body(manifest, task, prompt, stream=True),
                                 manifest.request_timeout_s, manifest.endpoint)
     timings = res.final.get("timings", {})
-    predicted_n = int(timings.get("predicted_n", len(res.tokens) or res.chunks))
-    # One token arrives with the first chunk; the decode rate counts the ones after it.
-    decode_tok_s = (predicted_n - 1) / res.decode_s if res.decode_s > 0 and predicted_n > 1 else None
+    predicted_n = res.predicted_n
+    decode_tok_s = res.decode_tok_s
     figures = {k: timings.get(k) for k in ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n",
                                             "predicted_ms", "predicted_per_second", "cache_n")}
     # Absent (not 0) when nothing was drafted.

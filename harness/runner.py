@@ -326,7 +326,7 @@ class Runner:
     def _execute_reusing(self, rd: RunDir, items: list[Planned], counts: dict[str, int], bar) -> None:
         """The naive protocol: one server per (host, strategy), every run of every task sent to it."""
         groups: dict[str, list[Planned]] = {}
-        for item in sorted(items, key=lambda p: (p.round, items.index(p))):
+        for item in items:  # already in round order: the plan is built round by round
             groups.setdefault(item.cell.strategy.id, []).append(item)
         for group in groups.values():
             if self._stop.is_set():
