@@ -6,6 +6,11 @@ predicted_per_second, against `llama-bench -p 0 -n N -d D` (D = the prompt's tok
 at the same context depth) with the same threads, in the same image, on the same model.
 
     python3 bench/fidelity.py [--task en-prose] [--n-predict 256] [--runs 5] [--threads 2]
+                              [--embed 1024 --ff 2816 --layers 8]
+
+The shape flags generate a heavier target (slower per token, closer to a real model's regime) instead of the
+demo's 11 MB one: a cost that is fixed per streamed token shows as a large share of a 1 ms token and a small
+share of a 40 ms one, and the bench prints that cost in milliseconds per token.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models-dir", type=Path, default=Path("models"))
+    ap.add_argument("--embed", type=int, help="generate a target this wide instead of the demo's (256)")
+    ap.add_argument("--ff", type=int, help="its feed-forward width (default 512)")
+    ap.add_argument("--layers", type=int, help="its blocks (default 4)")
     args = ap.parse_args()
 
     demo = mf.load(DEFAULT_MANIFEST)
@@ -46,13 +54,18 @@ def main() -> None:
     raw["strategies"] = [s for s in raw["strategies"] if s["spec_type"] == "none"]
     raw["tasks"] = [dict(t, n_predict=args.n_predict) for t in raw["tasks"] if t["id"] == args.task]
     raw["runs"] = args.runs
+    shape = {k: v for k, v in (("embed", args.embed), ("ff", args.ff), ("layers", args.layers)) if v}
+    if shape:
+        name = "tiny-target-" + "-".join(f"{k}{v}" for k, v in shape.items()) + ".gguf"
+        raw["models"] = {"target": {"file": name, "generate": {"kind": "tiny-target", "seed": 7, **shape}}}
     t = str(args.threads)
     raw["server_args"] = ["-c", "12288", "--parallel", "1", "-t", t, "-tb", t]
     with tempfile.TemporaryDirectory(prefix="specbench-fidelity-") as tmp:
         man = Path(tmp) / "fidelity.yaml"
         shutil.copytree(DEFAULT_MANIFEST.parent / "tasks", Path(tmp) / "tasks")
         man.write_text(yaml.safe_dump(raw, allow_unicode=True))
-        paths = md.ensure(demo, args.models_dir, download=False, log=lambda s: None)
+        bench_man = mf.load(man)
+        paths = md.ensure(bench_man, args.models_dir, download=False, log=print)
         session.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
                     progress=False, log=lambda s: None)
         recs = [r for r in RunDir.open(Path(tmp) / "r" / "fidelity").measurements() if r["status"] == "ok"]
@@ -78,8 +91,16 @@ def main() -> None:
     print(f"client / server per run: median {med(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
     # Where a gap to llama-bench comes from: the same server, streamed and non-streamed requests interleaved.
     streamed, plain = streaming_cost(eng, rec["tag"], demo, paths, args, raw["server_args"])
+    per_token_ms = 1000 / med(streamed) - 1000 / med(plain)
+    print("kit per run (fresh containers): " + ", ".join(f"{x:,.1f}" for x in client))
+    print("one server, in request order: streamed " + ", ".join(f"{x:,.1f}" for x in streamed)
+          + "; non-streamed " + ", ".join(f"{x:,.1f}" for x in plain))
     print(f"one server, {args.runs} requests each, interleaved: streamed {med(streamed):,.1f} tok/s, "
-          f"non-streamed {med(plain):,.1f} tok/s (streaming costs {1 - med(streamed) / med(plain):.1%})")
+          f"non-streamed {med(plain):,.1f} tok/s (streaming costs {1 - med(streamed) / med(plain):.1%}, "
+          f"{per_token_ms:.3f} ms per token)")
+    print(f"non-streamed / llama-bench: {med(plain) / tg:.3f}; at the study's 11.5 tok/s baseline "
+          f"({1000 / 11.5:.0f} ms per token) {per_token_ms:.3f} ms per token would cost "
+          f"{per_token_ms / (1000 / 11.5):.2%}")
 
 
 def streaming_cost(eng, image, demo, paths, args, server_args):

@@ -89,6 +89,9 @@ class Generator:
     kind: str
     seed: int = 0
     alpha: float | None = None
+    embed: int | None = None
+    ff: int | None = None
+    layers: int | None = None
 
 
 @dataclass(frozen=True)

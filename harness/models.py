@@ -74,7 +74,8 @@ def _masked_rows(vocab: Vocab) -> list[int]:
     return rows
 
 
-def _weights(seed: int, n_vocab: int, layers: int, alpha: float) -> dict[str, np.ndarray]:
+def _weights(seed: int, n_vocab: int, layers: int, alpha: float, embed: int = EMBED,
+             ff: int = FF) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
 
     def mat(rows: int, cols: int, scale: float | None = None) -> np.ndarray:
@@ -82,36 +83,42 @@ def _weights(seed: int, n_vocab: int, layers: int, alpha: float) -> dict[str, np
         return (rng.standard_normal((rows, cols)) * s).astype(np.float32)
 
     w: dict[str, np.ndarray] = {
-        "token_embd.weight": mat(n_vocab, EMBED, 1.0),
-        "output_norm.weight": np.ones(EMBED, dtype=np.float32),
-        "output.weight": mat(n_vocab, EMBED, 4.0 / np.sqrt(EMBED)),
+        "token_embd.weight": mat(n_vocab, embed, 1.0),
+        "output_norm.weight": np.ones(embed, dtype=np.float32),
+        "output.weight": mat(n_vocab, embed, 4.0 / np.sqrt(embed)),
     }
     for i in range(layers):
         scale = 1.0 if i == 0 else alpha
-        w[f"blk.{i}.attn_norm.weight"] = np.ones(EMBED, dtype=np.float32)
-        w[f"blk.{i}.attn_q.weight"] = mat(EMBED, EMBED)
-        w[f"blk.{i}.attn_k.weight"] = mat(EMBED, EMBED)
-        w[f"blk.{i}.attn_v.weight"] = mat(EMBED, EMBED)
-        w[f"blk.{i}.attn_output.weight"] = mat(EMBED, EMBED) * np.float32(scale)
-        w[f"blk.{i}.ffn_norm.weight"] = np.ones(EMBED, dtype=np.float32)
-        w[f"blk.{i}.ffn_gate.weight"] = mat(FF, EMBED)
-        w[f"blk.{i}.ffn_up.weight"] = mat(FF, EMBED)
-        w[f"blk.{i}.ffn_down.weight"] = mat(EMBED, FF) * np.float32(scale)
+        w[f"blk.{i}.attn_norm.weight"] = np.ones(embed, dtype=np.float32)
+        w[f"blk.{i}.attn_q.weight"] = mat(embed, embed)
+        w[f"blk.{i}.attn_k.weight"] = mat(embed, embed)
+        w[f"blk.{i}.attn_v.weight"] = mat(embed, embed)
+        w[f"blk.{i}.attn_output.weight"] = mat(embed, embed) * np.float32(scale)
+        w[f"blk.{i}.ffn_norm.weight"] = np.ones(embed, dtype=np.float32)
+        w[f"blk.{i}.ffn_gate.weight"] = mat(ff, embed)
+        w[f"blk.{i}.ffn_up.weight"] = mat(ff, embed)
+        w[f"blk.{i}.ffn_down.weight"] = mat(embed, ff) * np.float32(scale)
     return w
 
 
-def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1) -> Path:
-    """Write one tiny GGUF model ('tiny-target', 'tiny-draft' or 'tiny-foreign') to path, deterministically."""
+def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, *, embed: int = EMBED, ff: int = FF,
+               layers: int = TARGET_LAYERS) -> Path:
+    """Write one tiny GGUF model ('tiny-target', 'tiny-draft' or 'tiny-foreign') to path, deterministically.
+
+    The defaults make the demo's pinned files; a wider or deeper target (the fidelity bench's heavier model,
+    slower per token) comes from the embed, ff and layers keywords."""
     import gguf  # heavy import, only when generating
 
     if kind not in ("tiny-target", "tiny-draft", "tiny-foreign"):
         raise KitError(f"models: unknown generator kind {kind!r}")
     vocab = _vocab(foreign=kind == "tiny-foreign")
     n_vocab = len(vocab.tokens)
-    w = _weights(seed, len(_vocab().tokens), TARGET_LAYERS, alpha)
+    if embed % HEADS or embed < HEADS or ff < 1 or layers < 1:
+        raise KitError(f"models: embed must be a multiple of {HEADS}, ff and layers at least 1")
+    w = _weights(seed, len(_vocab().tokens), layers, alpha, embed, ff)
     if kind == "tiny-foreign":
-        w = _weights(seed + 1000, n_vocab, 1, 1.0)
-    layers = TARGET_LAYERS if kind == "tiny-target" else 1
+        w = _weights(seed + 1000, n_vocab, 1, 1.0, embed, ff)
+    layers = layers if kind == "tiny-target" else 1
     keep = {k: v for k, v in w.items() if not k.startswith("blk.") or int(k.split(".")[1]) < layers}
     out = keep["output.weight"].copy()
     out[_masked_rows(vocab)] = 0.0
@@ -123,13 +130,13 @@ def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1) -> Path
     writer = gguf.GGUFWriter(str(partial), "llama")
     writer.add_name(f"specbench-{kind}")
     writer.add_context_length(CTX)
-    writer.add_embedding_length(EMBED)
+    writer.add_embedding_length(embed)
     writer.add_block_count(layers)
-    writer.add_feed_forward_length(FF)
+    writer.add_feed_forward_length(ff)
     writer.add_head_count(HEADS)
     writer.add_head_count_kv(HEADS)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(EMBED // HEADS)
+    writer.add_rope_dimension_count(embed // HEADS)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
@@ -217,8 +224,9 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
         if not p.is_file():
             if m.generate is not None:
                 log(f"models: generating {m.key} ({m.generate.kind}, seed {m.generate.seed}) -> {p}")
-                write_tiny(p, m.generate.kind, m.generate.seed, m.generate.alpha if m.generate.alpha is not None
-                           else 0.1)
+                g = m.generate
+                shape = {k: v for k, v in (("embed", g.embed), ("ff", g.ff), ("layers", g.layers)) if v}
+                write_tiny(p, g.kind, g.seed, g.alpha if g.alpha is not None else 0.1, **shape)
             elif m.hf is not None and download:
                 hf_download(m, models_dir, log)
                 if m.sha256 and file_sha256(p) != m.sha256:

@@ -50,6 +50,30 @@ def test_draft_shares_target_vocabulary_and_weights(tmp_path):
     assert "blk.1.attn_q.weight" in tt and "blk.1.attn_q.weight" not in dt
 
 
+def test_manifest_shapes_a_heavier_generated_target(tmp_path):
+    import gguf
+    import yaml
+
+    from tests.conftest import write_manifest
+
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["models"] = {"target": {"file": "wide.gguf", "generate": {"kind": "tiny-target", "seed": 7, "embed": 320,
+                                                                   "ff": 640, "layers": 6}}}
+    raw["strategies"] = [s for s in raw["strategies"] if s["spec_type"].startswith("ngram") or
+                         s["spec_type"] == "none"]
+    m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
+    p = md.ensure(m, tmp_path / "models", download=False, log=lambda s: None)["target"]
+    r = gguf.GGUFReader(p)
+    assert int(r.fields["llama.embedding_length"].parts[-1][0]) == 320
+    assert int(r.fields["llama.block_count"].parts[-1][0]) == 6
+    assert {x.name for x in r.tensors} >= {"blk.5.ffn_down.weight"}
+    assert [int(n) for n in next(x for x in r.tensors if x.name == "blk.0.ffn_up.weight").shape] == [320, 640]
+    # a width the attention heads cannot split is one line naming the field
+    raw["models"]["target"]["generate"]["embed"] = 322
+    with pytest.raises(KitError, match=r"models\.target\.generate\.embed"):
+        mf.load(write_manifest(tmp_path / "bad", yaml.safe_dump(raw)))
+
+
 def test_ensure_reports_sha256_mismatch(tmp_path):
     import yaml
 

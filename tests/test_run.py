@@ -100,7 +100,11 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     fresh_cell = summarize(RunDir.open(tmp_path / "r" / "fresh"))["cells"][0]
     assert naive_cell["checks"]["contamination"]["flagged"]
     assert "naive protocol" in naive_cell["checks"]["contamination"]["sentence"]
-    assert not fresh_cell["checks"]["contamination"]["flagged"]
+    # fresh containers may still drift with the machine (timing noise on a shared box), but identical draft
+    # counts mean it is never called a carried-over cache
+    fresh_check = fresh_cell["checks"]["contamination"]
+    assert fresh_check["data"]["kind"] in (None, "drift"), fresh_check
+    assert "contamination suspected" not in fresh_check["sentence"]
 
 
 def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, models_dir):
