@@ -74,27 +74,43 @@ def main() -> None:
     depth = recs[0]["server"]["prompt_n"]
     eng = LocalEngine()
     target = paths["target"]
-    out = eng.client.containers.run(
-        rec["tag"], ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
-                     "-d", str(depth), "-t", t, "-r", str(args.runs), "-o", "json"],
-        volumes={str(target): {"bind": f"/models/{target.name}", "mode": "ro"}}, network_mode="none",
-        remove=True, stdout=True, stderr=False, labels={"specbench.role": "fidelity"})
-    bench = json.loads(out.decode())
-    tg = bench[0]["avg_ts"]
+
+    def llama_bench(reps: int) -> list[float]:
+        out = eng.client.containers.run(
+            rec["tag"], ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
+                         "-d", str(depth), "-t", t, "-r", str(reps), "-o", "json"],
+            volumes={str(target): {"bind": f"/models/{target.name}", "mode": "ro"}}, network_mode="none",
+            remove=True, stdout=True, stderr=False, labels={"specbench.role": "fidelity"})
+        return [float(x) for x in json.loads(out.decode())[0]["samples_ts"]]
+
+    # Interleaved rounds keep the machine's own drift out of the ratios: per round a fresh container's first
+    # request (the kit's protocol), llama-bench, and a long-lived server's streamed and non-streamed requests.
+    fresh, bench, streamed, plain = interleaved(eng, rec["tag"], demo, paths, args, raw["server_args"],
+                                                lambda: llama_bench(1)[0])
     med = statistics.median
+    tg = med(bench)
     print(f"task {args.task}: decode of {args.n_predict} tokens after {depth} prompt tokens, {t} threads, "
           f"{len(recs)} runs")
-    print(f"llama-bench tg{args.n_predict} @ d{depth}: {tg:,.1f} ± {bench[0]['stddev_ts']:,.1f} tok/s")
-    print(f"kit, server predicted_per_second: median {med(server):,.1f} tok/s  ({med(server) / tg:.3f} of llama-bench)")
-    print(f"kit, client-side (stream):        median {med(client):,.1f} tok/s  ({med(client) / tg:.3f} of llama-bench)")
+    print(f"llama-bench tg{args.n_predict} @ d{depth}: median {tg:,.1f} tok/s over {len(bench)} rounds")
+    print(f"kit run, server predicted_per_second: median {med(server):,.1f} tok/s  ({med(server) / tg:.3f} of "
+          "llama-bench, not interleaved)")
+    print(f"kit run, client-side (stream):        median {med(client):,.1f} tok/s  ({med(client) / tg:.3f} of "
+          "llama-bench, not interleaved)")
     ratios = [c / s for c, s in zip(client, server, strict=True)]
     print(f"client / server per run: median {med(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
-    # Where a gap to llama-bench comes from: the same server, streamed and non-streamed requests interleaved.
-    streamed, plain = streaming_cost(eng, rec["tag"], demo, paths, args, raw["server_args"])
     per_token_ms = 1000 / med(streamed) - 1000 / med(plain)
     print("kit per run (fresh containers): " + ", ".join(f"{x:,.1f}" for x in client))
-    print("one server, in request order: streamed " + ", ".join(f"{x:,.1f}" for x in streamed)
-          + "; non-streamed " + ", ".join(f"{x:,.1f}" for x in plain))
+    print("interleaved, in order: fresh container " + ", ".join(f"{x:,.1f}" for x in fresh)
+          + "; llama-bench " + ", ".join(f"{x:,.1f}" for x in bench)
+          + "; long-lived streamed " + ", ".join(f"{x:,.1f}" for x in streamed)
+          + "; long-lived non-streamed " + ", ".join(f"{x:,.1f}" for x in plain))
+    ratios = [f / b for f, b in zip(fresh, bench, strict=True)]
+    print(f"fresh container (the kit's protocol) / llama-bench, per round: median {med(ratios):.3f} "
+          f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+    ratios = [f / w for f, w in zip(fresh, streamed, strict=True)]
+    print(f"a cold container's first request vs a long-lived server's: median {med(fresh):,.1f} vs "
+          f"{med(streamed):,.1f} tok/s, per-round ratio median {med(ratios):.3f} (min {min(ratios):.3f}, "
+          f"max {max(ratios):.3f})")
     print(f"one server, {args.runs} requests each, interleaved: streamed {med(streamed):,.1f} tok/s, "
           f"non-streamed {med(plain):,.1f} tok/s (streaming costs {1 - med(streamed) / med(plain):.1%}, "
           f"{per_token_ms:.3f} ms per token)")
@@ -103,24 +119,46 @@ def main() -> None:
           f"{per_token_ms / (1000 / 11.5):.2%}")
 
 
-def streaming_cost(eng, image, demo, paths, args, server_args):
+def interleaved(eng, image, demo, paths, args, server_args, llama_bench):
+    """One long-lived server; per round a fresh container's first streamed request, one llama-bench repetition,
+    then the long-lived server's streamed and non-streamed requests. Interleaving keeps the machine's own drift
+    out of the ratios."""
     import dataclasses
 
     from harness.measure import request_body, server_spec, stream_completion, wait_ready
 
     manifest = dataclasses.replace(demo, server_args=tuple(server_args))
     task = dataclasses.replace(demo.task(args.task), n_predict=args.n_predict)
-    port = eng.free_port()
-    spec = server_spec(manifest, manifest.baseline(), paths, image, port, "cpu")
-    ctr = eng.start_server(spec.image, spec.command, spec.mounts, {"specbench.role": "fidelity"})
-    streamed, plain = [], []
+    prompt = task.prompt()
+
+    def start():
+        port = eng.free_port()
+        spec = server_spec(manifest, manifest.baseline(), paths, image, port, "cpu")
+        ctr = eng.start_server(spec.image, spec.command, spec.mounts, {"specbench.role": "fidelity"})
+        try:
+            ep = eng.endpoint(port)
+            wait_ready(eng, ctr, ep, 300)
+        except BaseException:
+            eng.remove(ctr)
+            raise
+        return ctr, ep
+
+    def streamed_rate(ep):
+        res = stream_completion(ep, request_body(manifest, task, prompt, stream=True), 300)
+        return res.final["timings"]["predicted_per_second"]
+
+    fresh, bench, streamed, plain = [], [], [], []
+    ctr, ep = start()
     try:
-        ep = eng.endpoint(port)
-        wait_ready(eng, ctr, ep, 60)
-        prompt = task.prompt()
+        streamed_rate(ep)  # the long-lived server's first request is not counted: it is the fresh case
         for _ in range(args.runs):
-            res = stream_completion(ep, request_body(manifest, task, prompt, stream=True), 300)
-            streamed.append(res.final["timings"]["predicted_per_second"])
+            c, cep = start()
+            try:
+                fresh.append(streamed_rate(cep))
+            finally:
+                eng.remove(c)
+            bench.append(llama_bench())
+            streamed.append(streamed_rate(ep))
             conn = ep.connection(300)
             conn.request("POST", "/completion", body=json.dumps(request_body(manifest, task, prompt, stream=False)),
                          headers={"Content-Type": "application/json"})
@@ -128,7 +166,7 @@ def streaming_cost(eng, image, demo, paths, args, server_args):
             conn.close()
     finally:
         eng.remove(ctr)
-    return streamed, plain
+    return fresh, bench, streamed, plain
 
 
 if __name__ == "__main__":
