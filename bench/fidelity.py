@@ -54,7 +54,7 @@ def main() -> None:
     raw["strategies"] = [s for s in raw["strategies"] if s["spec_type"] == "none"]
     raw["tasks"] = [dict(t, n_predict=args.n_predict) for t in raw["tasks"] if t["id"] == args.task]
     raw["runs"] = args.runs
-    shape = {k: v for k, v in (("embed", args.embed), ("ff", args.ff), ("layers", args.layers)) if v}
+    shape = {k: getattr(args, k) for k in mf.SHAPE_KEYS if getattr(args, k)}
     if shape:
         name = "tiny-target-" + "-".join(f"{k}{v}" for k, v in shape.items()) + ".gguf"
         raw["models"] = {"target": {"file": name, "generate": {"kind": "tiny-target", "seed": 7, **shape}}}
@@ -75,18 +75,17 @@ def main() -> None:
     eng = LocalEngine()
     target = paths["target"]
 
-    def llama_bench(reps: int) -> list[float]:
+    def llama_bench() -> float:
+        """One llama-bench repetition's decode tok/s."""
         out = eng.client.containers.run(
             rec["tag"], ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
-                         "-d", str(depth), "-t", t, "-r", str(reps), "-o", "json"],
+                         "-d", str(depth), "-t", t, "-r", "1", "-o", "json"],
             volumes={str(target): {"bind": f"/models/{target.name}", "mode": "ro"}}, network_mode="none",
             remove=True, stdout=True, stderr=False, labels={"specbench.role": "fidelity"})
-        return [float(x) for x in json.loads(out.decode())[0]["samples_ts"]]
+        return float(json.loads(out.decode())[0]["avg_ts"])
 
-    # Interleaved rounds keep the machine's own drift out of the ratios: per round a fresh container's first
-    # request (the kit's protocol), llama-bench, and a long-lived server's streamed and non-streamed requests.
     fresh, bench, streamed, plain = interleaved(eng, rec["tag"], demo, paths, args, raw["server_args"],
-                                                lambda: llama_bench(1)[0])
+                                                llama_bench)
     med = statistics.median
     tg = med(bench)
     print(f"task {args.task}: decode of {args.n_predict} tokens after {depth} prompt tokens, {t} threads, "

@@ -84,6 +84,10 @@ class HfRef:
     revision: str | None = None
 
 
+#: Generator fields that shape a generated model, as `write_tiny` keywords.
+SHAPE_KEYS = ("embed", "ff", "layers")
+
+
 @dataclass(frozen=True)
 class Generator:
     kind: str
@@ -92,6 +96,10 @@ class Generator:
     embed: int | None = None
     ff: int | None = None
     layers: int | None = None
+
+    def shape(self) -> dict[str, int]:
+        """The shape keywords given (embed, ff, layers); the generator's defaults stand for the others."""
+        return {k: getattr(self, k) for k in SHAPE_KEYS if getattr(self, k)}
 
 
 @dataclass(frozen=True)

@@ -225,8 +225,7 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
             if m.generate is not None:
                 log(f"models: generating {m.key} ({m.generate.kind}, seed {m.generate.seed}) -> {p}")
                 g = m.generate
-                shape = {k: v for k, v in (("embed", g.embed), ("ff", g.ff), ("layers", g.layers)) if v}
-                write_tiny(p, g.kind, g.seed, g.alpha if g.alpha is not None else 0.1, **shape)
+                write_tiny(p, g.kind, g.seed, g.alpha if g.alpha is not None else 0.1, **g.shape())
             elif m.hf is not None and download:
                 hf_download(m, models_dir, log)
                 if m.sha256 and file_sha256(p) != m.sha256:
