@@ -72,7 +72,7 @@ def kit_errors(fn):
     return wrapper
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "manifest": "manifest YAML (default: invoke.yaml's specbench.manifest, the CPU demo)",
     "strict": "also refuse unpinned fields (model sha256, prompt sha256, source commit) needed to share it",
 })
@@ -80,13 +80,13 @@ def kit_errors(fn):
 def validate(c, manifest=None, strict=False):
     """Validate a manifest and print its plan (strategies x tasks x runs, models with sizes)."""
     from harness import manifest as mf
-    from harness import validation
+    from harness import plan
 
     m = mf.load(_manifest_path(c, manifest))
-    print(validation.describe(m, Path(_cfg(c, "models", "models")), strict=strict))
+    print(plan.render(m, Path(_cfg(c, "models", "models")), strict=strict))
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "models_dir": "folder the model files live in (default: invoke.yaml's specbench.models)",
     "no_download": "only generate/verify; do not fetch from Hugging Face",
@@ -99,13 +99,13 @@ def models(c, manifest=None, models_dir=None, no_download=False):
 
     m = mf.load(_manifest_path(c, manifest))
     paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
-    for key, p in paths.items():
-        from harness.manifest import file_sha256
+    from harness.files import file_sha256
 
+    for key, p in paths.items():
         print(f"{key:10} {p}  {p.stat().st_size / 1e6:.1f} MB  sha256 {file_sha256(p)}")
 
 
-@task(iterable=["host"], help={
+@task(auto_shortflags=False, iterable=["host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "backend": "cpu or cuda (default: the manifest's build.backend)",
     "force": "rebuild even when an image of the same source, flags and recipe exists",
@@ -125,7 +125,9 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 
     m = mf.load(_manifest_path(c, manifest))
     if plan:
-        tree = bd.describe_source(m, prefer=source)
+        from harness.source import describe_source
+
+        tree = describe_source(m, prefer=source)
         print(json.dumps(bd.plan(m, tree, backend).as_dict(), indent=2))
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
@@ -137,7 +139,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
             print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
 
 
-@task(iterable=["host"], help={
+@task(auto_shortflags=False, iterable=["host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "models_dir": "folder of the model files here (default: invoke.yaml's specbench.models)",
     **HOST_HELP,
@@ -160,7 +162,7 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
         raise Exit(code=1)
 
 
-@task(iterable=["strategy", "task_id", "host"], help={
+@task(auto_shortflags=False, iterable=["strategy", "task_id", "host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
@@ -179,10 +181,10 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
-    from harness import session
+    from harness import runner
 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
-        out = session.run(
+        out = runner.run(
             _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
@@ -191,7 +193,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     print(out)
 
 
-@task(positional=["run_dir"], help={
+@task(auto_shortflags=False, positional=["run_dir"], help={
     "run_dir": "run folder to report, or several separated by commas (default: the newest under the results folder)",
     "out": "where to write the Markdown report (default: invoke.yaml's specbench.report, RESULTS.md)",
     "no_plot": "skip the PNG plot",
@@ -207,7 +209,7 @@ def report(c, run_dir=None, out=None, no_plot=False):
         print(f"wrote {p}")
 
 
-@task(iterable=["host"], help={"run_id": "only containers of this run (default: every container the kit labelled)",
+@task(auto_shortflags=False, iterable=["host"], help={"run_id": "only containers of this run (default: every container the kit labelled)",
                                **HOST_HELP})
 @kit_errors
 def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
@@ -224,7 +226,7 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
     print(f"{total} container(s) removed")
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "run_dir": "the run folder to bundle",
     "out": "archive path (default: <run-id>.bundle.tar.gz)",
     "manifest_dir": "folder of the run's manifest and prompts, if not where the run found them",
@@ -238,7 +240,7 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
     print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)")
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "source": "a bundle (.tar.gz) or a manifest",
     "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
@@ -257,7 +259,7 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "a": "run folder or bundle A (the reference)",
     "b": "run folder or bundle B",
     "out": "also write RESULTS.md for B with the comparison section here (default: print only)",
@@ -283,7 +285,7 @@ def compare(c, a, b, out=None):
             print(f"wrote {out}")
 
 
-@task(iterable=["host"], help={
+@task(auto_shortflags=False, iterable=["host"], help={
     "manifest": "manifest YAML (default: the CPU demo); its image is used",
     "size_mib": "array size in MiB (default: 256 per array on the CPU, 1024 on CUDA)",
     **HOST_HELP,

@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, build, session  # noqa: E402
+from harness import DEFAULT_MANIFEST, build, runner  # noqa: E402
 from harness import manifest as mf  # noqa: E402
 from harness import models as md  # noqa: E402
 from harness.engine import LocalEngine  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
         man.write_text(yaml.safe_dump(raw, allow_unicode=True))
         bench_man = mf.load(man)
         paths = md.ensure(bench_man, args.models_dir, download=False, log=print)
-        session.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
+        runner.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
                     progress=False, log=lambda s: None)
         recs = [r for r in RunDir.open(Path(tmp) / "r" / "fidelity").measurements() if r["status"] == "ok"]
     client = [r["client"]["decode_tok_s"] for r in recs]
@@ -104,7 +104,7 @@ def main() -> None:
           + "; long-lived streamed " + ", ".join(f"{x:,.1f}" for x in streamed)
           + "; long-lived non-streamed " + ", ".join(f"{x:,.1f}" for x in plain))
     ratios = [f / b for f, b in zip(fresh, bench, strict=True)]
-    print(f"fresh container (the kit's protocol) / llama-bench, per round: median {med(ratios):.3f} "
+    print(f"fresh container (server-side rate of its first request) / llama-bench, per round: median {med(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
     ratios = [f / w for f, w in zip(fresh, streamed, strict=True)]
     print(f"a cold container's first request vs a long-lived server's: median {med(fresh):,.1f} vs "
@@ -124,7 +124,8 @@ def interleaved(eng, image, demo, paths, args, server_args, llama_bench):
     out of the ratios."""
     import dataclasses
 
-    from harness.measure import request_body, server_spec, stream_completion, wait_ready
+    from harness.client import request_body, stream_completion
+    from harness.server import server_spec, wait_ready
 
     manifest = dataclasses.replace(demo, server_args=tuple(server_args))
     task = dataclasses.replace(demo.task(args.task), n_predict=args.n_predict)

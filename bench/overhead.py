@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, session  # noqa: E402
+from harness import DEFAULT_MANIFEST, runner  # noqa: E402
 from harness.results import RunDir  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="specbench-overhead-") as tmp:
         t0 = time.monotonic()
-        print(session.run(args.manifest, results_dir=Path(tmp), models_dir=args.models_dir, run_id="overhead",
+        print(runner.run(args.manifest, results_dir=Path(tmp), models_dir=args.models_dir, run_id="overhead",
                           runs=args.runs, progress=False, log=lambda s: None))
         figures(Path(tmp) / "overhead", time.monotonic() - t0)
 

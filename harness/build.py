@@ -6,15 +6,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,10 +17,12 @@ from typing import Any
 import docker.errors
 
 import docker
-from harness import DOCKER, LABEL_PREFIX, ROOT, KitError, __version__, base
-from harness.manifest import Manifest, file_sha256
+from harness import DOCKER, LABEL_PREFIX, KitError, __version__, bases, schema
+from harness.files import atomic_write_text, safe_name
+from harness.manifest import Manifest
+from harness.schema import FORMAT_VERSIONS
+from harness.source import CACHE, SourceTree, context_files, resolve_source
 
-CACHE = ROOT / ".cache"
 DOCKERFILE = DOCKER / "Dockerfile"
 PROBE_DIR = DOCKER / "probe"
 CUDA_BASE = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
@@ -46,21 +42,6 @@ COMMON_CMAKE = (
 CONTEXT_EXCLUDES = {"models", "media", ".git", ".github", "docs", "build"}
 
 
-@dataclass(frozen=True)
-class SourceTree:
-    """A llama.cpp source folder on this machine and what it is."""
-
-    path: Path
-    kind: str  # sdist | git | path
-    identity: dict[str, Any]  # what pins it: sdist sha256, git commit, or content hash
-    build_number: int
-    commit: str
-
-    @property
-    def key(self) -> str:
-        return json.dumps({"kind": self.kind, **self.identity}, sort_keys=True)
-
-
 @dataclass
 class BuildPlan:
     backend: str
@@ -78,197 +59,6 @@ class BuildPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# ---------------------------------------------------------------- source resolution
-
-
-def _download(url: str, dest: Path, sha256: str | None, what: str, log: Callable[[str], None]) -> Path:
-    """Download url to dest (via dest.partial), check sha256; a mismatch leaves nothing behind."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
-    log(f"source: downloading {what} from {urllib.parse.urlsplit(url).netloc}")
-    try:
-        with urllib.request.urlopen(url, timeout=120) as resp, open(partial, "wb") as out:
-            shutil.copyfileobj(resp, out, 1 << 20)
-    except (urllib.error.URLError, OSError) as e:
-        partial.unlink(missing_ok=True)
-        raise KitError(f"source: cannot download {what} from {url}: {e}") from None
-    actual = file_sha256(partial)
-    if sha256 and actual != sha256:
-        partial.unlink(missing_ok=True)
-        raise KitError(f"source: {what} has sha256 {actual}, the manifest pins {sha256}")
-    partial.rename(dest)
-    return dest
-
-
-def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str | None]:
-    """Find the sdist of package==version on a PEP 691 (JSON) simple index: (filename, url, sha256)."""
-    norm = package.lower().replace("_", "-").replace(".", "-")
-    url = f"{index_url.rstrip('/')}/{norm}/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            data = json.load(resp)
-    except urllib.error.HTTPError as e:
-        raise KitError(f"source: package index {url} answered {e.code} for {package!r}") from None
-    except (urllib.error.URLError, OSError, json.JSONDecodeError) as e:
-        raise KitError(f"source: cannot read package index {url}: {e}") from None
-    stem = f"{package.replace('-', '_')}-{version}".lower()
-    for f in data.get("files", []):
-        name = f["filename"]
-        if name.lower().startswith(stem) and name.endswith((".tar.gz", ".zip")):
-            return name, urllib.parse.urljoin(url, f["url"]), f.get("hashes", {}).get("sha256")
-    raise KitError(f"source: no sdist of {package}=={version} on {index_url}")
-
-
-def _safe_extract(archive: Path, dest: Path) -> None:
-    with tarfile.open(archive) as tf:
-        tf.extractall(dest, filter="data")
-
-
-def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = CACHE,
-                  local_file: Path | None = None) -> SourceTree:
-    sd = manifest.llama_cpp.sdist
-    assert sd is not None
-    tree = cache / "src" / f"sdist-{sd.sha256[:16]}"
-    done = tree / ".specbench-complete"
-    if not done.exists():
-        archive = local_file
-        if archive is None:
-            cached = sorted((cache / "sdist").glob(f"*{sd.version}*.tar.gz")) if (cache / "sdist").exists() else []
-            archive = next((p for p in cached if file_sha256(p) == sd.sha256), None)
-        if archive is None:
-            name, url, index_sha = sdist_url(sd.index_url, sd.package, sd.version)
-            if index_sha and index_sha != sd.sha256:
-                raise KitError(f"source: the index lists {name} with sha256 {index_sha}, the manifest pins {sd.sha256}")
-            archive = _download(url, cache / "sdist" / name, sd.sha256, name, log)
-        else:
-            actual = file_sha256(archive)
-            if actual != sd.sha256:
-                raise KitError(f"source: {archive} has sha256 {actual}, the manifest pins {sd.sha256}")
-        log(f"source: unpacking {archive.name}")
-        if tree.exists():
-            shutil.rmtree(tree)
-        tmp = Path(tempfile.mkdtemp(prefix="sdist-", dir=cache / "src" if (cache / "src").exists() else None))
-        try:
-            _safe_extract(archive, tmp)
-            tops = [p for p in tmp.iterdir() if p.is_dir()]
-            if len(tops) != 1 or not (tops[0] / sd.subdir / "CMakeLists.txt").exists():
-                raise KitError(f"source: {archive.name} has no {sd.subdir}/CMakeLists.txt; is it a llama.cpp sdist?")
-            tree.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(tops[0] / sd.subdir), tree)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        done.write_text(sd.sha256 + "\n")
-    ident = manifest.llama_cpp
-    return SourceTree(tree, "sdist", {"package": sd.package, "version": sd.version, "sha256": sd.sha256},
-                      ident.build_number or 0, ident.commit or f"sdist-{sd.sha256[:12]}")
-
-
-def _git(args: list[str], cwd: Path | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise KitError(f"source: git {' '.join(args)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-    return proc.stdout.strip()
-
-
-def resolve_git(manifest: Manifest, log: Callable[[str], None], cache: Path = CACHE) -> SourceTree:
-    g = manifest.llama_cpp.git
-    assert g is not None
-    repo_dir = cache / "git" / hashlib.sha256(g.repo.encode()).hexdigest()[:12]
-    if not (repo_dir / ".git").exists():
-        log(f"source: cloning {g.repo}")
-        repo_dir.parent.mkdir(parents=True, exist_ok=True)
-        _git(["clone", "--quiet", "--no-checkout", g.repo, str(repo_dir)])
-    try:
-        commit = _git(["rev-parse", "--verify", "--quiet", f"{g.ref}^{{commit}}"], repo_dir)
-    except KitError:
-        _git(["fetch", "--quiet", "--tags", "origin"], repo_dir)
-        try:
-            commit = _git(["rev-parse", "--verify", "--quiet", f"{g.ref}^{{commit}}"], repo_dir)
-        except KitError:
-            raise KitError(f"source: ref {g.ref!r} does not exist in {g.repo}") from None
-    if g.commit and commit != g.commit:
-        raise KitError(f"source: {g.repo} {g.ref} is commit {commit}, the manifest pins {g.commit}")
-    _git(["checkout", "--quiet", "--force", commit], repo_dir)
-    count = _git(["rev-list", "--count", commit], repo_dir)
-    ident = manifest.llama_cpp
-    return SourceTree(repo_dir, "git", {"repo": g.repo, "ref": g.ref, "commit": commit},
-                      ident.build_number or int(count), commit[:10])
-
-
-def tree_hash(path: Path) -> str:
-    """Content hash of a source tree (the parts that go into the build context)."""
-    h = hashlib.sha256()
-    for rel, full in _context_files(path):
-        h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256(full.read_bytes()).digest() if not full.is_symlink() else os.readlink(full).encode())
-    return h.hexdigest()
-
-
-def resolve_path(manifest: Manifest, log: Callable[[str], None]) -> SourceTree:
-    p = manifest.llama_cpp.path
-    assert p is not None
-    if not (p / "CMakeLists.txt").is_file():
-        raise KitError(f"source: {p} is not a llama.cpp source folder (no CMakeLists.txt)")
-    if not (p / "tools" / "server").is_dir() and not (p / "examples" / "server").is_dir():
-        raise KitError(f"source: {p} has no tools/server; is it a llama.cpp tree?")
-    ident = manifest.llama_cpp
-    if (p / ".git").exists():
-        commit = _git(["rev-parse", "HEAD"], p)
-        dirty = bool(_git(["status", "--porcelain", "--untracked-files=no"], p))
-        identity = {"path": str(p), "commit": commit, "dirty": dirty, "content_sha256": tree_hash(p)}
-        return SourceTree(p, "path", identity, ident.build_number or 0, ident.commit or commit[:10])
-    digest = tree_hash(p)
-    log(f"source: local folder {p} (content sha256 {digest[:12]})")
-    return SourceTree(p, "path", {"path": str(p), "content_sha256": digest}, ident.build_number or 0,
-                      ident.commit or f"local-{digest[:12]}")
-
-
-def _kinds(manifest: Manifest, prefer: str | None) -> list[str]:
-    kinds = manifest.llama_cpp.kinds()
-    if prefer:
-        if prefer not in kinds:
-            raise KitError(f"source: --source {prefer} but the manifest's llama_cpp has only {kinds}")
-        return [prefer]
-    return kinds
-
-
-def resolve_source(manifest: Manifest, log: Callable[[str], None] = print, prefer: str | None = None,
-                   cache: Path = CACHE) -> SourceTree:
-    """Resolve the manifest's llama.cpp source (sdist, git or path) into a folder on this machine.
-
-    Without `prefer`, a source that cannot be fetched falls back to the next one the manifest gives
-    (git -> sdist: the same tree from a package index, for hosts that cannot reach the git server)."""
-    kinds = _kinds(manifest, prefer)
-    for i, kind in enumerate(kinds):
-        try:
-            if kind == "sdist":
-                return resolve_sdist(manifest, log, cache)
-            if kind == "git":
-                return resolve_git(manifest, log, cache)
-            return resolve_path(manifest, log)
-        except KitError as e:
-            if i == len(kinds) - 1:
-                raise
-            log(f"source: {kind} failed ({e}); falling back to {kinds[i + 1]}")
-    raise AssertionError("unreachable")
-
-
-def describe_source(manifest: Manifest, prefer: str | None = None) -> SourceTree:
-    """The source's identity as the manifest pins it, fetching nothing (for rendering a plan)."""
-    kind = _kinds(manifest, prefer)[0]
-    lc = manifest.llama_cpp
-    if kind == "sdist":
-        sd = lc.sdist
-        return SourceTree(Path("-"), "sdist", {"package": sd.package, "version": sd.version, "sha256": sd.sha256},
-                          lc.build_number or 0, lc.commit or f"sdist-{sd.sha256[:12]}")
-    if kind == "git":
-        g = lc.git
-        return SourceTree(Path("-"), "git", {"repo": g.repo, "ref": g.ref, "commit": g.commit},
-                          lc.build_number or 0, lc.commit or (g.commit or g.ref)[:10])
-    return resolve_path(manifest, lambda s: None)
 
 
 # ---------------------------------------------------------------- plan
@@ -293,7 +83,7 @@ def _recipe_sha256() -> str:
 
 
 def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
-         bases: base.BaseImages | None = None) -> BuildPlan:
+         made: bases.BaseImages | None = None) -> BuildPlan:
     """Render what would be built: base images, build args, CMake flags, labels and the derived tag."""
     backend = backend or manifest.build.backend
     notes: list[str] = []
@@ -307,11 +97,11 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
         reason = "NVIDIA CUDA devel/runtime images (the toolkit cannot be made without a registry)"
     else:
         registry_free = True
-        if bases is None:
-            base_image, runtime_image = base.tag_for("builder"), base.tag_for("runtime")
+        if made is None:
+            base_image, runtime_image = bases.tag_for("builder"), bases.tag_for("runtime")
             reason = "registry-free Debian bases made with debootstrap (docker/base/)"
         else:
-            base_image, runtime_image, reason = bases.builder, bases.runtime, bases.reason
+            base_image, runtime_image, reason = made.builder, made.runtime, made.reason
     flags = cmake_args(manifest, backend, source)
     recipe = _recipe_sha256()
     key = json.dumps({"source": source.key, "backend": backend, "cmake": flags, "base": base_image,
@@ -349,23 +139,6 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
 # ---------------------------------------------------------------- context and build
 
 
-def _context_files(src: Path):
-    """(relative path, full path) of the source files that go into the context, sorted."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(src):
-        rel_dir = Path(dirpath).relative_to(src)
-        if rel_dir == Path("."):
-            dirnames[:] = [d for d in dirnames if d not in CONTEXT_EXCLUDES and not d.startswith("build")]
-        else:
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-        dirnames.sort()
-        for name in sorted(filenames):
-            if rel_dir == Path(".") and name.startswith(".specbench"):
-                continue
-            out.append(((rel_dir / name).as_posix(), Path(dirpath) / name))
-    return out
-
-
 def write_context(source: SourceTree, out: io.BufferedIOBase) -> int:
     """Write the build context (Dockerfile, probe/, llama.cpp/) as a tar stream; return the number of files."""
 
@@ -381,7 +154,7 @@ def write_context(source: SourceTree, out: io.BufferedIOBase) -> int:
         tf.add(DOCKERFILE, "Dockerfile", filter=normalise)
         for p in sorted(PROBE_DIR.iterdir()):
             tf.add(p, f"probe/{p.name}", filter=normalise)
-        for rel, full in _context_files(source.path):
+        for rel, full in context_files(source.path):
             tf.add(full, f"llama.cpp/{rel}", recursive=False, filter=normalise)
             n += 1
     return n
@@ -420,56 +193,62 @@ def _condense(line: str) -> str | None:
     return None
 
 
+def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree, force: bool, jobs: int | None,
+                  log: Callable[[str], None]):
+    """Send the context and build the image, showing the condensed log; the built image or one error."""
+    log(f"build: building {p.tag} (llama.cpp b{source.build_number}, {source.kind}); this takes minutes")
+    buildargs = dict(p.build_args)
+    if jobs:
+        buildargs["BUILD_JOBS"] = str(jobs)
+    last_lines: list[str] = []
+    image_id = None
+    with tempfile.TemporaryFile() as ctx:
+        n = write_context(source, ctx)
+        log(f"build: context {n} files, {ctx.tell() / 1e6:.0f} MB")
+        ctx.seek(0)
+        try:
+            stream = client.api.build(fileobj=ctx, custom_context=True, tag=p.tag, buildargs=buildargs,
+                                      labels=p.labels, rm=True, forcerm=True, pull=False, decode=True,
+                                      network_mode="none", nocache=force)
+            for chunk in stream:
+                for line in chunk.get("stream", "").splitlines():
+                    last_lines = (last_lines + [line])[-25:]
+                    shown = _condense(line)
+                    if shown:
+                        log(f"  {shown}")
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                if "error" in chunk or "errorDetail" in chunk:
+                    msg = chunk.get("error") or chunk["errorDetail"].get("message", "")
+                    tail = "\n".join("    " + x for x in last_lines[-15:])
+                    raise KitError(f"build failed: {msg.strip()}\n  last log lines:\n{tail}")
+        except docker.errors.APIError as e:
+            raise KitError(f"build failed: {e.explanation or e}") from None
+    built = image_for(client, p.tag)
+    if built is None:
+        raise KitError(f"build finished without tagging {p.tag} (image {image_id})")
+    return built
+
+
 def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | None = None, force: bool = False,
           prefer: str | None = None, log: Callable[[str], None] = print, host: str = "local",
           jobs: int | None = None) -> dict[str, Any]:
     """Build (or reuse) the image for the manifest; return the build record (also written under .cache/builds)."""
     backend = backend or manifest.build.backend
     source = resolve_source(manifest, log, prefer)
-    bases = None
+    made = None
     if backend == "cpu" and not manifest.build.base_image:
-        bases = base.ensure(client, log)
-    p = plan(manifest, source, backend, bases)
+        made = bases.ensure(client, log)
+    p = plan(manifest, source, backend, made)
     log(f"build: base {p.base_image} / runtime {p.runtime_image}: {p.base_reason}")
     existing = image_for(client, p.tag)
     reused = existing is not None and not force
     started = time.monotonic()
     if not reused:
-        log(f"build: building {p.tag} (llama.cpp b{source.build_number}, {source.kind}); this takes minutes")
-        buildargs = dict(p.build_args)
-        if jobs:
-            buildargs["BUILD_JOBS"] = str(jobs)
-        last_lines: list[str] = []
-        image_id = None
-        with tempfile.TemporaryFile() as ctx:
-            n = write_context(source, ctx)
-            log(f"build: context {n} files, {ctx.tell() / 1e6:.0f} MB")
-            ctx.seek(0)
-            try:
-                stream = client.api.build(fileobj=ctx, custom_context=True, tag=p.tag, buildargs=buildargs,
-                                          labels=p.labels, rm=True, forcerm=True, pull=False, decode=True,
-                                          network_mode="none", nocache=force)
-                for chunk in stream:
-                    if "stream" in chunk:
-                        for line in chunk["stream"].splitlines():
-                            last_lines = (last_lines + [line])[-25:]
-                            shown = _condense(line)
-                            if shown:
-                                log(f"  {shown}")
-                    if "aux" in chunk and "ID" in chunk["aux"]:
-                        image_id = chunk["aux"]["ID"]
-                    if "error" in chunk or "errorDetail" in chunk:
-                        msg = chunk.get("error") or chunk["errorDetail"].get("message", "")
-                        tail = "\n".join("    " + x for x in last_lines[-15:])
-                        raise KitError(f"build failed: {msg.strip()}\n  last log lines:\n{tail}")
-            except docker.errors.APIError as e:
-                raise KitError(f"build failed: {e.explanation or e}") from None
-        existing = image_for(client, p.tag)
-        if existing is None:
-            raise KitError(f"build finished without tagging {p.tag} (image {image_id})")
+        existing = _docker_build(client, p, source, force, jobs, log)
     version = version_of(client, p.tag)
     record = {
-        "format_version": 1,
+        "format_version": FORMAT_VERSIONS["build"],
         "tag": p.tag,
         "image_id": existing.id,
         "reused": reused,
@@ -479,22 +258,20 @@ def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | Non
         "server_version": version,
         "plan": p.as_dict(),
     }
-    from harness import schema  # late: keeps `invoke --list` fast
-
     schema.check("build", record, "build record")
     out = CACHE / "builds"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{p.tag.split(':')[-1]}-{_safe(host)}.json").write_text(json.dumps(record, indent=2) + "\n")
-    latest_path(manifest, backend, host).write_text(json.dumps(record, indent=2) + "\n")
+    write_record(out / f"{p.tag.split(':')[-1]}-{safe_name(host)}.json", record)
+    write_record(latest_path(manifest, backend, host), record)
     return record
 
 
-def _safe(host: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in host)
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 def latest_path(manifest: Manifest, backend: str | None = None, host: str = "local") -> Path:
-    suffix = "" if host == "local" else f"-{_safe(host)}"
+    suffix = "" if host == "local" else f"-{safe_name(host)}"
     return CACHE / "builds" / f"{manifest.name}-{backend or manifest.build.backend}{suffix}-latest.json"
 
 

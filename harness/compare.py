@@ -1,47 +1,58 @@
-"""`invoke compare A B`: two runs side by side, per cell, with a verdict that respects the runs' own spread.
-
-"same" when the two ranges of runs overlap, else "faster" or "slower"; "not comparable" when the two runs
-measured different things (model files, llama.cpp source, backend), each difference named field by field."""
+"""`invoke compare A B`: two runs side by side, per host and cell, with a verdict that respects the runs' own
+spread. "same" when the two ranges of runs overlap, else "faster" or "slower"; "not comparable" when the two
+runs measured different things (model files, llama.cpp source, backend, flags), each difference named."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tabulate import tabulate
 
 from harness.results import RunDir
+from harness.runmeta import RunMeta
 from harness.summary import summarize
 
 
-def _env(meta: dict[str, Any]) -> dict[str, Any]:
-    b = meta["build"]
-    src = b["plan"]["source"]
-    env = {
-        "llama.cpp commit": src.get("commit"),
-        "llama.cpp source": src.get("sha256") or src.get("commit") or src.get("content_sha256"),
-        "backend": b["plan"]["backend"],
-        "cmake flags": " ".join(b["plan"]["cmake_args"]),
-    }
-    for key, m in meta["models"].items():
-        env[f"model {key} sha256"] = m["sha256"]
-    for host, facts in meta["environment"].items():
-        env[f"hardware ({host})"] = ", ".join(str(x) for x in (facts.get("cpu_model"), facts.get("cpus"),
-                                                              *[g["name"] for g in facts.get("gpus") or []]))
-    return env
+@dataclass(frozen=True)
+class Fact:
+    """One thing a run's numbers depend on. `blocking`: when it differs, the runs measured different things."""
+
+    field: str
+    value: Any
+    blocking: bool
 
 
-#: Differences that make two runs measure different things.
-BLOCKING = ("model ", "llama.cpp ", "backend", "cmake flags")
+def facts(meta: RunMeta) -> dict[str, Fact]:
+    """What a run measured with, keyed by field name."""
+    plan = meta.build["plan"]
+    src = plan["source"]
+    out = [Fact("llama.cpp commit", src.get("commit"), True),
+           Fact("llama.cpp source", src.get("sha256") or src.get("commit") or src.get("content_sha256"), True),
+           Fact("backend", plan["backend"], True),
+           Fact("cmake flags", " ".join(plan["cmake_args"]), True)]
+    out += [Fact(f"model {key} sha256", m["sha256"], True) for key, m in sorted(meta.models.items())]
+    for host, e in sorted(meta.environment.items()):
+        hw = ", ".join(str(x) for x in (e.get("cpu_model"), e.get("cpus"), *[g["name"] for g in e.get("gpus") or []]))
+        out.append(Fact(f"hardware ({host})", hw, False))
+    return {f.field: f for f in out}
 
 
-def differences(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    a, b = _env(meta_a), _env(meta_b)
-    keys = list(dict.fromkeys([*a, *b]))
-    hw_a = [v for k, v in a.items() if k.startswith("hardware")]
-    hw_b = [v for k, v in b.items() if k.startswith("hardware")]
-    out = [(k, a.get(k), b.get(k)) for k in keys if not k.startswith("hardware") and a.get(k) != b.get(k)]
-    if sorted(map(str, hw_a)) != sorted(map(str, hw_b)):
-        out.append(("hardware", "; ".join(map(str, hw_a)), "; ".join(map(str, hw_b))))
+def differences(meta_a: RunMeta, meta_b: RunMeta) -> list[tuple[str, Any, Any, bool]]:
+    """(field, A's value, B's value, blocking) for every fact that differs; hardware compared as a whole."""
+    a, b = facts(meta_a), facts(meta_b)
+    out = []
+    for name in dict.fromkeys([*a, *b]):
+        if name.startswith("hardware"):
+            continue
+        fa, fb = a.get(name), b.get(name)
+        va, vb = (fa.value if fa else None), (fb.value if fb else None)
+        if va != vb:
+            out.append((name, va, vb, (fa or fb).blocking))
+    hw_a = sorted(str(f.value) for f in a.values() if f.field.startswith("hardware"))
+    hw_b = sorted(str(f.value) for f in b.values() if f.field.startswith("hardware"))
+    if hw_a != hw_b:
+        out.append(("hardware", "; ".join(hw_a), "; ".join(hw_b), False))
     return out
 
 
@@ -57,49 +68,59 @@ def verdict(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "faster" if b["median"] > a["median"] else "slower"
 
 
+def host_pairs(hosts_a: list[str], hosts_b: list[str]) -> list[tuple[str, str]]:
+    """Hosts of A matched with hosts of B: by label where they share labels, else in order."""
+    common = [h for h in hosts_a if h in hosts_b]
+    return [(h, h) for h in common] if common else list(zip(hosts_a, hosts_b, strict=False))
+
+
+def _row(ca: dict[str, Any], cb: dict[str, Any] | None, blocking: list[str]) -> dict[str, Any]:
+    row = {"host_a": ca["host"], "host_b": cb["host"] if cb else None, "strategy": ca["strategy"], "task": ca["task"],
+           "a": ca["decode_tok_s"]["median"]}
+    if cb is None:
+        return {**row, "b": None, "ratio": None, "verdict": "missing in B"}
+    a, b = ca["decode_tok_s"], cb["decode_tok_s"]
+    ratio = b["median"] / a["median"] if a["median"] and b["median"] else None
+    v = "not comparable: different " + " / ".join(blocking) if blocking else verdict(a, b)
+    # Draft counts are deterministic in a fresh server: equal counts are a strong sign of the same setup.
+    same_drafts = (ca["draft_n"], ca["draft_n_accepted"]) == (cb["draft_n"], cb["draft_n_accepted"])
+    drafts = "same" if same_drafts else \
+        f"{ca['draft_n_accepted']}/{ca['draft_n']} vs {cb['draft_n_accepted']}/{cb['draft_n']}"
+    return {**row, "b": b["median"], "a_spread_pct": a["spread_pct"], "b_spread_pct": b["spread_pct"],
+            "ratio": None if ratio is None else round(ratio, 4), "verdict": v, "drafts": drafts}
+
+
 def compare(dir_a, dir_b) -> dict[str, Any]:
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
     ma, mb = ra.read_meta(), rb.read_meta()
     sa, sb = summarize(ra), summarize(rb)
     diffs = differences(ma, mb)
-    blocking = [d for d in diffs if d[0].startswith(BLOCKING)]
-    cells_b = {(c["strategy"], c["task"]): c for c in sb["cells"] if c["host"] == sb["hosts"][0]}
+    blocking = [d[0] for d in diffs if d[3]]
+    cells_b = {(c["host"], c["strategy"], c["task"]): c for c in sb["cells"]}
     rows = []
-    for c in sa["cells"]:
-        if c["host"] != sa["hosts"][0]:
-            continue
-        other = cells_b.get((c["strategy"], c["task"]))
-        if other is None:
-            rows.append({"strategy": c["strategy"], "task": c["task"], "a": c["decode_tok_s"]["median"], "b": None,
-                         "ratio": None, "verdict": "missing in B"})
-            continue
-        a, b = c["decode_tok_s"], other["decode_tok_s"]
-        ratio = b["median"] / a["median"] if a["median"] and b["median"] else None
-        v = verdict(a, b)
-        if blocking:
-            v = "not comparable: different " + " / ".join(d[0] for d in blocking)
-        # Draft counts are deterministic in a fresh server: equal counts are a strong sign of the same setup.
-        drafts = "same" if (c["draft_n"], c["draft_n_accepted"]) == (other["draft_n"], other["draft_n_accepted"]) \
-            else f"{c['draft_n_accepted']}/{c['draft_n']} vs {other['draft_n_accepted']}/{other['draft_n']}"
-        rows.append({"strategy": c["strategy"], "task": c["task"], "a": a["median"], "b": b["median"],
-                     "a_spread_pct": a["spread_pct"], "b_spread_pct": b["spread_pct"],
-                     "ratio": None if ratio is None else round(ratio, 4), "verdict": v, "drafts": drafts})
+    for ha, hb in host_pairs(sa["hosts"], sb["hosts"]):
+        for c in sa["cells"]:
+            if c["host"] == ha:
+                rows.append(_row(c, cells_b.get((hb, c["strategy"], c["task"])), blocking))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    return {"a": {"run_id": sa["run_id"], "path": str(dir_a)}, "b": {"run_id": sb["run_id"], "path": str(dir_b)},
-            "differences": [{"field": f, "a": x, "b": y} for f, x, y in diffs],
+    return {"a": {"run_id": sa["run_id"], "path": str(dir_a), "hosts": sa["hosts"]},
+            "b": {"run_id": sb["run_id"], "path": str(dir_b), "hosts": sb["hosts"]},
+            "differences": [{"field": f, "a": x, "b": y, "blocking": blk} for f, x, y, blk in diffs],
             "comparable": not blocking, "rows": rows, "counts": counts}
 
 
 def table(result: dict[str, Any], fmt: str = "simple") -> str:
-    rows = [[r["strategy"], r["task"], "-" if r["a"] is None else f"{r['a']:,.2f}",
-             "-" if r["b"] is None else f"{r['b']:,.2f}", "-" if r["ratio"] is None else f"{r['ratio']:.3f}",
-             r["verdict"], r.get("drafts", "-")] for r in result["rows"]]
-    return tabulate(rows, headers=["strategy", "task", f"A tok/s ({result['a']['run_id']})",
-                                   f"B tok/s ({result['b']['run_id']})", "B/A", "verdict",
-                                   "accepted/drafted"], tablefmt=fmt,
-                    disable_numparse=True)
+    several = len(result["a"]["hosts"]) > 1 or len(result["b"]["hosts"]) > 1
+    rows = [([f"{r['host_a']} / {r['host_b'] or '-'}"] if several else [])
+            + [r["strategy"], r["task"], "-" if r["a"] is None else f"{r['a']:,.2f}",
+               "-" if r["b"] is None else f"{r['b']:,.2f}", "-" if r["ratio"] is None else f"{r['ratio']:.3f}",
+               r["verdict"], r.get("drafts", "-")] for r in result["rows"]]
+    headers = (["hosts (A / B)"] if several else []) + [
+        "strategy", "task", f"A tok/s ({result['a']['run_id']})", f"B tok/s ({result['b']['run_id']})", "B/A",
+        "verdict", "accepted/drafted"]
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
 def text(result: dict[str, Any], fmt: str = "simple") -> str:

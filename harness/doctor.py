@@ -7,7 +7,8 @@ from pathlib import Path
 
 from harness import build
 from harness.engine import Engine
-from harness.manifest import Manifest, file_sha256
+from harness.files import file_sha256
+from harness.manifest import Manifest
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,6 @@ class Endpoint:
     def __init__(self, port: int):
         self.port = port
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
@@ -59,7 +55,9 @@ class Mount:
 
 
 class Engine:
-    """A Docker engine and the host it runs on. Subclasses differ in where that host is."""
+    """A Docker engine and the host it runs on. Subclasses differ in where that host is.
+
+    Long by design: one short method per engine operation the kit uses, so measurement code sees one interface."""
 
     #: The host label recorded with every measurement.
     name: str = "local"
@@ -164,6 +162,15 @@ class Engine:
 
     def hostname(self) -> str:
         return platform.node()
+
+    def cpu_count(self) -> int:
+        """CPUs of the engine's host (the engine's own count, cached): a remote host's, not this machine's."""
+        if getattr(self, "_cpus", None) is None:
+            try:
+                self._cpus = int(self.client.info().get("NCPU") or 0) or 1
+            except Exception:  # noqa: BLE001 - a count is only needed for a warning threshold
+                self._cpus = 1
+        return self._cpus
 
     def load_average(self) -> tuple[float, float, float] | None:
         text = self.read_host_file("/proc/loadavg")

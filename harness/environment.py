@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from harness.engine import Engine
@@ -71,22 +70,26 @@ def facts(engine: Engine, image: str | None = None) -> dict[str, Any]:
     return out
 
 
-def quiet_check(engine: Engine, run_id: str, cpus: int | None = None) -> dict[str, Any]:
-    """Is the machine quiet enough to measure? Other kit containers, load average, GPU utilisation."""
-    warnings: list[str] = []
+def quiet_check(engine: Engine, run_id: str) -> dict[str, Any]:
+    """Is the machine quiet enough to measure? Other kit containers, load average (against the engine host's own
+    CPU count), GPU utilisation. Warnings are (kind, sentence) records."""
+    warnings: list[dict[str, str]] = []
     others = [c for c in engine.kit_containers() if c.labels.get("specbench.run") != run_id]
     running_here = [c for c in engine.kit_containers(run_id) if c.status == "running"]
     if others:
-        warnings.append(f"{len(others)} container(s) of other kit runs exist (`invoke clean` removes them)")
+        warnings.append({"kind": "other-runs", "sentence": f"{len(others)} container(s) of other kit runs exist "
+                         "(`invoke clean` removes them)"})
     if running_here:
-        warnings.append(f"{len(running_here)} server container(s) of this run still running")
+        warnings.append({"kind": "own-leftovers",
+                         "sentence": f"{len(running_here)} server container(s) of this run still running"})
     load = engine.load_average()
-    cpus = cpus or os.cpu_count() or 1
+    cpus = engine.cpu_count()
     if load and load[0] > BUSY_LOAD_PER_CORE * cpus:
-        warnings.append(f"load average {load[0]:.2f} on {cpus} CPUs: the machine is busy")
+        warnings.append({"kind": "busy", "sentence": f"load average {load[0]:.2f} on {cpus} CPUs: the machine "
+                         "is busy"})
     gpus = nvidia_smi(engine)
     util = max((g["utilization_pct"] or 0.0 for g in gpus), default=None) if gpus else None
     if util is not None and util > BUSY_GPU_PCT:
-        warnings.append(f"GPU utilisation {util:.0f}% before the measurement")
+        warnings.append({"kind": "gpu-busy", "sentence": f"GPU utilisation {util:.0f}% before the measurement"})
     return {"load_average_1m": load[0] if load else None, "kit_containers": len(others) + len(running_here),
             "gpu_utilization_pct": util, "busy": bool(warnings), "warnings": warnings}

@@ -1,25 +1,32 @@
 """Manifests: load a YAML file, validate it against schemas/manifest.schema.json, return typed dataclasses.
 
-Every error is one line: `<file>: <field path>: <what was expected>`.
-"""
+Every error is one line: `<file>: <field path>: <what was expected>`. A manifest is untrusted input: its YAML is
+parsed with bounds (size, aliases, nesting), its paths stay inside its own folder or the models folder, and its
+llama-server flags pass an allow-list (harness/flags.py)."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
-from harness import KitError, schema
+from harness import KitError, flags, schema
+from harness.files import display_path, file_sha256
 
 #: Strategies of these types load a second model with -md.
 DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
-DEFAULT_SERVER_ARGS: list[str] = []
 DEFAULT_LOAD_TIMEOUT_S = 600.0
 DEFAULT_REQUEST_TIMEOUT_S = 900.0
+#: Bounds on the YAML itself, so a small file cannot become a large structure.
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_YAML_ALIASES = 50
+MAX_YAML_DEPTH = 32
+MAX_PROMPT_BYTES = 4 << 20
+MAX_PROMPTS_PER_TASK = 64
 
 
 class ManifestError(KitError):
@@ -106,7 +113,7 @@ class Generator:
 class ModelFile:
     key: str
     file: str
-    path: Path | None  # set when the manifest gives a path (a slash in `file`); else lives in the models folder
+    path: Path | None  # set when `file` has a slash: a path inside the manifest's folder
     hf: HfRef | None
     generate: Generator | None
     sha256: str | None
@@ -126,21 +133,48 @@ class Strategy:
     args: tuple[str, ...] = ()
     label: str | None = None
     parallel: int = 1
+    model: str = "target"  # the models key of this strategy's target
+    baseline: str | None = None  # the strategy its speedup is against (default: the baseline of its target)
 
     @property
     def speculative(self) -> bool:
         return self.spec_type != "none"
 
+    def model_keys(self) -> list[str]:
+        return [self.model] + ([self.draft] if self.draft else [])
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    path: Path
+    sha256: str | None = None
+
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
 
 @dataclass(frozen=True)
 class Task:
     id: str
-    prompt_file: Path
+    prompts: tuple[Prompt, ...]
     n_predict: int
-    sha256: str | None = None
 
-    def prompt(self) -> str:
-        return self.prompt_file.read_text(encoding="utf-8")
+    @property
+    def prompt_file(self) -> Path:
+        """The first prompt's file (a task holds one or more)."""
+        return self.prompts[0].path
+
+    def prompt(self, prompt_id: str | None = None) -> str:
+        return self.get_prompt(prompt_id).text()
+
+    def get_prompt(self, prompt_id: str | None = None) -> Prompt:
+        if prompt_id is None:
+            return self.prompts[0]
+        for p in self.prompts:
+            if p.id == prompt_id:
+                return p
+        raise KeyError(prompt_id)
 
 
 @dataclass(frozen=True)
@@ -167,7 +201,6 @@ class Manifest:
     runs: int
     load_timeout_s: float
     request_timeout_s: float
-    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     text: str = field(repr=False, compare=False, default="")
 
     @property
@@ -194,54 +227,69 @@ class Manifest:
                 return t
         raise KeyError(tid)
 
-    def baseline(self) -> Strategy | None:
-        """The no-speculation control: the first strategy with spec_type none."""
-        return next((s for s in self.strategies if s.spec_type == "none"), None)
+    def baseline(self, model: str = "target") -> Strategy | None:
+        """The no-speculation control of a target: the first strategy with spec_type none on that model."""
+        return next((s for s in self.strategies if s.spec_type == "none" and s.model == model), None)
+
+    def baseline_for(self, strategy: Strategy) -> Strategy | None:
+        """The strategy a strategy's speedup is measured against: its own `baseline`, else its target's."""
+        if strategy.baseline:
+            return self.strategy(strategy.baseline)
+        return self.baseline(strategy.model)
 
     def models_used(self) -> list[ModelFile]:
-        used = ["target"] + [s.draft for s in self.strategies if s.draft]
+        used = [k for s in self.strategies for k in s.model_keys()]
         return [self.models[k] for k in dict.fromkeys(used)]
 
 
-def display_path(path: Path) -> str:
-    """A path relative to the working directory when it is below it, else absolute."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+# ---------------------------------------------------------------- YAML with bounds
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file, cached beside large files in <file>.sha256 keyed by size and mtime."""
-    path = Path(path)
-    st = path.stat()
-    cache = path.with_name(path.name + ".sha256")
-    key = f"{st.st_size} {st.st_mtime_ns}"
-    if st.st_size > 64 << 20 and cache.exists():
-        lines = cache.read_text().split("\n")
-        if len(lines) >= 2 and lines[1] == key:
-            return lines[0]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    digest = h.hexdigest()
-    if st.st_size > 64 << 20:
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses alias bombs and deep nesting before building anything large."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} aliases (*refs); write the values out")
+        self._depth += 1
         try:
-            cache.write_text(f"{digest}\n{key}\n")
-        except OSError:
-            pass  # a read-only models folder only costs a re-hash next time
-    return digest
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text to plain data, or a one-line ManifestError naming the line."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or ["?"])[0]
+        raise ManifestError(f"{where}: {at}invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ManifestError(f"{where}: invalid YAML: nested too deeply") from None
 
 
 def load(path: str | Path, *, check_files: bool = True) -> Manifest:
     """Load and validate a manifest; raise ManifestError with a one-line message on the first problem.
 
-    With check_files, prompt files must exist and pinned sha256s of prompts and present model files must match.
-    """
+    With check_files, prompt files must exist and pinned sha256s of prompts must match."""
     path = Path(path)
     where = display_path(path)
     try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{where}: {path.stat().st_size:,} bytes; a manifest is at most "
+                                f"{MAX_MANIFEST_BYTES:,}")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(f"{where}: no such manifest file") from None
@@ -249,141 +297,197 @@ def load(path: str | Path, *, check_files: bool = True) -> Manifest:
         raise ManifestError(f"{where}: is a folder, expected a manifest YAML file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(f"{where}: cannot read: {e}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ManifestError(f"{where}: {at}invalid YAML: {problem}") from None
+    return loads(text, path, check_files=check_files)
+
+
+def loads(text: str, path: Path, *, check_files: bool = True) -> Manifest:
+    """A manifest from its text; `path` says where it lives (prompts are relative to its folder)."""
+    where = display_path(path)
+    raw = parse_yaml(text, where)
     if not isinstance(raw, dict):
         raise ManifestError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
         schema.check("manifest", raw, where)
     except KitError as e:
         raise ManifestError(str(e)) from None
-    return _build(path.resolve(), where, raw, text, check_files)
+    return _Builder(Path(path).resolve(), where, raw).build(text, check_files)
 
 
-def _build(path: Path, where: str, raw: dict[str, Any], text: str, check_files: bool) -> Manifest:
-    folder = path.parent
+class _Builder:
+    """The checks a schema cannot express, field by field, while building the dataclasses.
 
-    def fail(field_path: str, message: str) -> ManifestError:
-        return ManifestError(f"{where}: {field_path}: {message}")
+    Long by design: one short method per manifest section, each naming its own field paths in errors."""
 
-    hw = raw["hardware"]
-    hardware = Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"], hw.get("memory_gb"))
+    def __init__(self, path: Path, where: str, raw: dict[str, Any]):
+        self.path, self.where, self.raw = path, where, raw
+        self.folder = path.parent
 
-    lc = raw["llama_cpp"]
-    git = GitSource(**lc["git"]) if "git" in lc else None
-    sdist = SdistSource(**lc["sdist"]) if "sdist" in lc else None
-    src_path = (folder / lc["path"]).resolve() if "path" in lc else None
-    ident = lc.get("identity", {})
-    if lc.get("prefer") and lc["prefer"] not in lc:
-        raise fail("llama_cpp.prefer", f"{lc['prefer']!r} is preferred but llama_cpp.{lc['prefer']} is not given")
-    if not any(k in lc for k in ("git", "sdist", "path")):
-        raise fail("llama_cpp", "expected at least one of git, sdist, path")
-    source = LlamaCppSource(git, sdist, src_path, ident.get("build_number"), ident.get("commit"), lc.get("prefer"))
+    def fail(self, field_path: str, message: str) -> ManifestError:
+        return ManifestError(f"{self.where}: {field_path}: {message}")
 
-    b = raw["build"]
-    build = BuildConfig(
-        backend=b["backend"],
-        cuda_architectures=b.get("cuda_architectures", "121"),
-        cmake_args=tuple(b.get("cmake_args", ())),
-        base_image=b.get("base_image"),
-        runtime_image=b.get("runtime_image"),
-    )
+    def build(self, text: str, check_files: bool) -> Manifest:
+        raw = self.raw
+        hw = raw["hardware"]
+        models = self.models()
+        strategies = self.strategies(models)
+        server_args = tuple(raw.get("server_args", ()))
+        self.check_flags("server_args", server_args)
+        sp = raw.get("sampling", {})
+        timeouts = raw.get("timeouts", {})
+        return Manifest(
+            path=self.path, name=raw["name"], description=raw.get("description", ""),
+            hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
+                              hw.get("memory_gb")),
+            llama_cpp=self.source(), build=self.build_config(), models=models,
+            server_args=server_args,
+            sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
+            endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
+            runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
+            request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text)
 
-    models: dict[str, ModelFile] = {}
-    for key, m in raw["models"].items():
-        fp = f"models.{key}"
-        given = [k for k in ("hf", "generate") if k in m]
-        if len(given) > 1:
-            raise fail(fp, "give one of hf, generate (or neither, for a local file), not both")
-        mpath = (folder / m["file"]).resolve() if "/" in m["file"] else None
-        hf = HfRef(m["hf"]["repo"], m["hf"]["file"], m["hf"].get("revision")) if "hf" in m else None
-        gen = Generator(**m["generate"]) if "generate" in m else None
-        models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
-                                m.get("quantization"))
+    def source(self) -> LlamaCppSource:
+        lc = self.raw["llama_cpp"]
+        git = GitSource(**lc["git"]) if "git" in lc else None
+        sdist = SdistSource(**lc["sdist"]) if "sdist" in lc else None
+        if sdist is not None:
+            sub = PurePosixPath(sdist.subdir)
+            if sub.is_absolute() or ".." in sub.parts or sdist.subdir in ("", "."):
+                raise self.fail("llama_cpp.sdist.subdir", f"{sdist.subdir!r}: expected a folder name inside the "
+                                "sdist (such as llama.cpp)")
+        src_path = (self.folder / lc["path"]).resolve() if "path" in lc else None
+        ident = lc.get("identity", {})
+        if lc.get("prefer") and lc["prefer"] not in lc:
+            raise self.fail("llama_cpp.prefer", f"{lc['prefer']!r} is preferred but llama_cpp.{lc['prefer']} is not "
+                            "given")
+        if not any(k in lc for k in ("git", "sdist", "path")):
+            raise self.fail("llama_cpp", "expected at least one of git, sdist, path")
+        return LlamaCppSource(git, sdist, src_path, ident.get("build_number"), ident.get("commit"), lc.get("prefer"))
 
-    strategies: list[Strategy] = []
-    seen: dict[str, int] = {}
-    for i, s in enumerate(raw["strategies"]):
-        fp = f"strategies[{i}]"
-        if s["id"] in seen:
-            raise fail(f"{fp}.id", f"duplicate id {s['id']!r} (also strategies[{seen[s['id']]}])")
-        seen[s["id"]] = i
-        draft = s.get("draft")
+    def build_config(self) -> BuildConfig:
+        b = self.raw["build"]
+        return BuildConfig(backend=b["backend"], cuda_architectures=b.get("cuda_architectures", "121"),
+                           cmake_args=tuple(b.get("cmake_args", ())), base_image=b.get("base_image"),
+                           runtime_image=b.get("runtime_image"))
+
+    def models(self) -> dict[str, ModelFile]:
+        models: dict[str, ModelFile] = {}
+        for key, m in self.raw["models"].items():
+            fp = f"models.{key}"
+            given = [k for k in ("hf", "generate") if k in m]
+            if len(given) > 1:
+                raise self.fail(fp, "give one of hf, generate (or neither, for a local file), not both")
+            mpath = self.model_path(f"{fp}.file", m["file"])
+            hf = HfRef(m["hf"]["repo"], m["hf"]["file"], m["hf"].get("revision")) if "hf" in m else None
+            gen = Generator(**m["generate"]) if "generate" in m else None
+            models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
+                                    m.get("quantization"))
+        return models
+
+    def model_path(self, field_path: str, file: str) -> Path | None:
+        """A file name in the models folder (None), or a path inside the manifest's folder."""
+        p = PurePosixPath(file)
+        if p.is_absolute() or ".." in p.parts or "\\" in file:
+            raise self.fail(field_path, f"{file!r}: expected a file name in the models folder, or a relative path "
+                            "inside the manifest's folder (no '..', not absolute)")
+        if "/" not in file:
+            return None
+        resolved = (self.folder / file).resolve()
+        if not resolved.is_relative_to(self.folder):
+            raise self.fail(field_path, f"{file!r} resolves outside the manifest's folder {self.folder}")
+        return resolved
+
+    def strategies(self, models: dict[str, ModelFile]) -> tuple[Strategy, ...]:
+        out: list[Strategy] = []
+        seen: dict[str, int] = {}
+        for i, s in enumerate(self.raw["strategies"]):
+            fp = f"strategies[{i}]"
+            if s["id"] in seen:
+                raise self.fail(f"{fp}.id", f"duplicate id {s['id']!r} (also strategies[{seen[s['id']]}])")
+            seen[s["id"]] = i
+            self.check_models(fp, s, models)
+            args = tuple(s.get("args", ()))
+            self.check_flags(f"{fp}.args", args)
+            if s.get("parallel", 1) > 1 and any(flags.normalise(a)[0] in ("--parallel", "-np") for a in args):
+                raise self.fail(f"{fp}.args", "give the number of slots with parallel, not --parallel in args")
+            out.append(Strategy(s["id"], s["spec_type"], s.get("draft"), args, s.get("label"),
+                                int(s.get("parallel", 1)), s.get("model", "target"), s.get("baseline")))
+        ids = {s.id: s for s in out}
+        for i, s in enumerate(out):
+            if s.baseline is not None:
+                if s.baseline not in ids:
+                    raise self.fail(f"strategies[{i}].baseline", f"{s.baseline!r} is not a strategy id (expected "
+                                    f"one of {sorted(ids)})")
+                if ids[s.baseline].spec_type != "none":
+                    raise self.fail(f"strategies[{i}].baseline", f"{s.baseline!r} is not a baseline (spec_type "
+                                    f"{ids[s.baseline].spec_type!r}, expected 'none')")
+        return tuple(out)
+
+    def check_models(self, fp: str, s: dict[str, Any], models: dict[str, ModelFile]) -> None:
+        draft, model = s.get("draft"), s.get("model", "target")
+        if model not in models:
+            raise self.fail(f"{fp}.model", f"{model!r} is not a key of models (expected one of {sorted(models)})")
         if s["spec_type"] in DRAFT_MODEL_TYPES and not draft:
-            raise fail(fp, f"spec_type {s['spec_type']!r} needs a draft model: set draft to one of {sorted(models)}")
+            raise self.fail(fp, f"spec_type {s['spec_type']!r} needs a draft model: set draft to one of "
+                            f"{sorted(models)}")
         if draft is not None:
             if s["spec_type"] not in DRAFT_MODEL_TYPES:
-                raise fail(f"{fp}.draft", f"spec_type {s['spec_type']!r} takes no draft model")
+                raise self.fail(f"{fp}.draft", f"spec_type {s['spec_type']!r} takes no draft model")
             if draft not in models:
-                raise fail(f"{fp}.draft", f"{draft!r} is not a key of models (expected one of {sorted(models)})")
-            if draft == "target":
-                raise fail(f"{fp}.draft", "the draft cannot be the target model itself")
-        args = tuple(s.get("args", ()))
-        for reserved in ("--spec-type", "-md", "--model-draft", "--spec-draft-model", "-m", "--model",
-                         "--host", "--port"):
-            if reserved in args:
-                raise fail(f"{fp}.args", f"{reserved!r} is set by the kit; use spec_type/draft/models instead")
-        if s.get("parallel", 1) > 1 and ("--parallel" in args or "-np" in args):
-            raise fail(f"{fp}.args", "give the number of slots with parallel, not --parallel in args")
-        strategies.append(Strategy(s["id"], s["spec_type"], draft, args, s.get("label"), int(s.get("parallel", 1))))
+                raise self.fail(f"{fp}.draft", f"{draft!r} is not a key of models (expected one of {sorted(models)})")
+            if draft == model:
+                raise self.fail(f"{fp}.draft", "the draft cannot be the strategy's target model itself")
 
-    tasks: list[Task] = []
-    seen = {}
-    for i, t in enumerate(raw["tasks"]):
-        fp = f"tasks[{i}]"
-        if t["id"] in seen:
-            raise fail(f"{fp}.id", f"duplicate id {t['id']!r} (also tasks[{seen[t['id']]}])")
-        seen[t["id"]] = i
-        if t["n_predict"] <= 0:
-            raise fail(f"{fp}.n_predict", f"expected a positive number of tokens, got {t['n_predict']}")
-        prompt = (folder / t["prompt_file"]).resolve()
-        if not prompt.is_relative_to(folder):
-            raise fail(f"{fp}.prompt_file", f"{t['prompt_file']!r} lies outside the manifest's folder {folder}")
+    def check_flags(self, field_path: str, args: tuple[str, ...]) -> None:
+        problem = flags.check(args)
+        if problem is not None:
+            raise self.fail(f"{field_path}[{problem.index}]", problem.message)
+
+    def tasks(self, check_files: bool) -> tuple[Task, ...]:
+        out: list[Task] = []
+        seen: dict[str, int] = {}
+        for i, t in enumerate(self.raw["tasks"]):
+            fp = f"tasks[{i}]"
+            if t["id"] in seen:
+                raise self.fail(f"{fp}.id", f"duplicate id {t['id']!r} (also tasks[{seen[t['id']]}])")
+            seen[t["id"]] = i
+            entries = self.prompt_entries(fp, t)
+            prompts = tuple(self.prompt(f"{fpp}", e, check_files) for fpp, e in entries)
+            ids = [p.id for p in prompts]
+            if len(set(ids)) != len(ids):
+                dup = next(x for x in ids if ids.count(x) > 1)
+                raise self.fail(f"{fp}.prompts", f"two prompts have the id {dup!r}; give each an id")
+            out.append(Task(t["id"], prompts, t["n_predict"]))
+        return tuple(out)
+
+    def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        if ("prompt_file" in t) == ("prompts" in t):
+            raise self.fail(fp, "give prompt_file (one prompt) or prompts (a list of prompt files), not both")
+        if "prompt_file" in t:
+            # One prompt: its id is the task's (measurement ids and reports then need no prompt part).
+            return [(f"{fp}.prompt_file", {"file": t["prompt_file"], "sha256": t.get("sha256"), "id": t["id"]})]
+        if "sha256" in t:
+            raise self.fail(f"{fp}.sha256", "with prompts, pin each prompt's sha256 in its own entry")
+        return [(f"{fp}.prompts[{j}]", e if isinstance(e, dict) else {"file": e}) for j, e in enumerate(t["prompts"])]
+
+    def prompt(self, fp: str, entry: dict[str, Any], check_files: bool) -> Prompt:
+        rel = entry["file"]
+        prompt = (self.folder / rel).resolve()
+        if PurePosixPath(rel).is_absolute() or not prompt.is_relative_to(self.folder):
+            raise self.fail(fp, f"{rel!r} lies outside the manifest's folder {self.folder}")
+        pid = entry.get("id") or PurePosixPath(rel).stem
         if check_files:
             if not prompt.is_file():
-                raise fail(f"{fp}.prompt_file", f"{t['prompt_file']!r} does not exist (looked at {prompt})")
-            if t.get("sha256"):
+                raise self.fail(fp, f"{rel!r} does not exist (looked at {display_path(prompt)})")
+            if prompt.stat().st_size > MAX_PROMPT_BYTES:
+                raise self.fail(fp, f"{rel!r} is {prompt.stat().st_size:,} bytes; a prompt is at most "
+                                f"{MAX_PROMPT_BYTES:,}")
+            if entry.get("sha256"):
                 actual = file_sha256(prompt)
-                if actual != t["sha256"]:
-                    raise fail(f"{fp}.sha256", f"{t['prompt_file']} has sha256 {actual}, expected {t['sha256']}")
-        tasks.append(Task(t["id"], prompt, t["n_predict"], t.get("sha256")))
-
-    if raw["runs"] < 1:
-        raise fail("runs", f"expected at least 1 run per cell, got {raw['runs']}")
-
-    server_args = tuple(raw.get("server_args", DEFAULT_SERVER_ARGS))
-    for reserved in ("-m", "--model", "--host", "--port", "--spec-type", "-md"):
-        if reserved in server_args:
-            raise fail("server_args", f"{reserved!r} is set by the kit for each strategy; remove it")
-
-    sp = raw.get("sampling", {})
-    sampling = Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k"))
-    timeouts = raw.get("timeouts", {})
-    manifest = Manifest(
-        path=path,
-        name=raw["name"],
-        description=raw.get("description", ""),
-        hardware=hardware,
-        llama_cpp=source,
-        build=build,
-        models=models,
-        server_args=server_args,
-        sampling=sampling,
-        endpoint=raw.get("endpoint", "completion"),
-        strategies=tuple(strategies),
-        tasks=tuple(tasks),
-        runs=int(raw["runs"]),
-        load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
-        request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)),
-        raw=raw,
-        text=text,
-    )
-    return manifest
+                if actual != entry["sha256"]:
+                    field_name = fp.rsplit(".prompt_file", 1)[0] + ".sha256" if fp.endswith(".prompt_file") \
+                        else f"{fp}.sha256"
+                    raise self.fail(field_name, f"{rel} has sha256 {actual}, expected {entry['sha256']}")
+        return Prompt(pid, prompt, entry.get("sha256"))
 
 
 def check_model_files(manifest: Manifest, models_dir: Path) -> list[str]:
@@ -395,5 +499,28 @@ def check_model_files(manifest: Manifest, models_dir: Path) -> list[str]:
         if m.sha256 and p.is_file():
             actual = file_sha256(p)
             if actual != m.sha256:
-                problems.append(f"{where}: models.{m.key}.sha256: {p} has sha256 {actual}, expected {m.sha256}")
+                problems.append(f"{where}: models.{m.key}.sha256: {display_path(p)} has sha256 {actual}, expected "
+                                f"{m.sha256}")
     return problems
+
+
+def unpinned(manifest: Manifest) -> list[str]:
+    """Fields that must be pinned before a manifest is shared for reproduction, one line each."""
+    where = display_path(manifest.path)
+    out = []
+    src = manifest.llama_cpp
+    if src.sdist is None and not (src.git and src.git.commit):
+        out.append(f"{where}: llama_cpp: pin a source: an sdist with sha256, or git.commit (a ref can move)")
+    if src.path is not None and src.sdist is None and src.git is None:
+        out.append(f"{where}: llama_cpp.path: a local folder cannot be reproduced elsewhere")
+    for m in manifest.models.values():
+        if not m.sha256:
+            out.append(f"{where}: models.{m.key}.sha256: not pinned")
+        if m.hf and not m.hf.revision:
+            out.append(f"{where}: models.{m.key}.hf.revision: not pinned (a branch can move)")
+    for i, t in enumerate(manifest.tasks):
+        for j, p in enumerate(t.prompts):
+            if not p.sha256:
+                at = f"tasks[{i}].sha256" if len(t.prompts) == 1 else f"tasks[{i}].prompts[{j}].sha256"
+                out.append(f"{where}: {at}: not pinned ({t.id}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
+    return out

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from harness import KitError
-from harness.manifest import Manifest, ModelFile, file_sha256
+from harness.files import file_sha256
+from harness.manifest import Manifest, ModelFile
 
 TARGET_LAYERS = 4
 EMBED = 256

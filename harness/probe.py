@@ -9,13 +9,13 @@ from typing import Any
 
 import docker
 from harness import LABEL_PREFIX, KitError
-from harness.build import CACHE, _safe
 from harness.engine import Engine
-from harness.measure import now_iso
+from harness.files import now_iso, safe_name
+from harness.source import CACHE
 
 
 def _path(manifest_name: str, host: str) -> Path:
-    return CACHE / "probe" / f"{manifest_name}-{_safe(host)}.json"
+    return CACHE / "probe" / f"{manifest_name}-{safe_name(host)}.json"
 
 
 def run(engine: Engine, image: str, backend: str, manifest_name: str, size_mib: int | None = None,

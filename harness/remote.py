@@ -23,7 +23,6 @@ import io
 import logging
 import random
 import shlex
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 import docker
 from harness import KitError
 from harness.engine import Endpoint, Engine
+from harness.files import file_sha256
 
 DOCKER_API_MIN = "1.24"
 
@@ -197,7 +197,6 @@ class _ChannelHTTPConnection(http.client.HTTPConnection):
         channel = transport.open_channel("direct-tcpip", ("127.0.0.1", self._endpoint.port), ("127.0.0.1", 0),
                                          timeout=self.timeout)
         channel.settimeout(self.timeout)
-        self._endpoint.count()
         self.sock = _ChannelSocket(channel)
 
 
@@ -207,23 +206,13 @@ class TunnelEndpoint(Endpoint):
     def __init__(self, conn: Connection, port: int):
         super().__init__(port)
         self.conn = conn
-        self.channels = 0
-        self._lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"ssh-tunnel://{host_label(self.conn)}/127.0.0.1:{self.port}"
-
-    def count(self) -> None:
-        with self._lock:
-            self.channels += 1
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         return _ChannelHTTPConnection(self, timeout)
 
 
 class RemoteEngine(Engine):
-    """A Docker engine on the host at the other end of a Fabric Connection."""
+    """A Docker engine on the host at the other end of a Fabric Connection (Engine's operations over SSH)."""
 
     transient_errors = (paramiko.ChannelException, paramiko.SSHException, EOFError)
 
@@ -232,7 +221,6 @@ class RemoteEngine(Engine):
         self.name = label or host_label(conn)
         super().__init__(docker_over(conn))
         self._models_dir = remote_models
-        self.endpoints: list[TunnelEndpoint] = []
 
     @classmethod
     def connect(cls, spec: str, **kwargs: Any) -> RemoteEngine:
@@ -272,9 +260,7 @@ class RemoteEngine(Engine):
                 return port
 
     def endpoint(self, port: int) -> TunnelEndpoint:
-        ep = TunnelEndpoint(self.conn, port)
-        self.endpoints.append(ep)
-        return ep
+        return TunnelEndpoint(self.conn, port)
 
     # -- models on the host
     def models_dir(self) -> str:
@@ -290,8 +276,6 @@ class RemoteEngine(Engine):
     def place_models(self, local: dict[str, Path], log, upload_limit: int = 2 << 30) -> dict[str, Path]:
         """Model files at the host's models folder, sha256-checked; copies missing ones from here (SFTP) when
         they are small enough to send, else says where to put them."""
-        from harness.manifest import file_sha256
-
         folder = self.models_dir()
         self.run_host(["mkdir", "-p", folder])
         out: dict[str, Path] = {}

@@ -1,7 +1,8 @@
 """The run folder, the kit's file format: results/<run-id>/run.json + measurements.jsonl (one JSON object a line).
 
 Every measurement is validated against schemas/result.schema.json, appended, flushed and fsynced before the
-next one starts, so an interrupted run loses nothing it finished."""
+next one starts, so an interrupted run loses nothing it finished. A run folder may come from someone else (a
+bundle): reading it is bounded and every problem is one line."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from harness import KitError, schema
+from harness.files import atomic_write_text
+from harness.runmeta import RunMeta
 
 RUN_FILE = "run.json"
+MEASUREMENTS_FILE = "measurements.jsonl"
 #: A run writes a few kB per measurement; refuse to start where even this much is not free.
 MIN_FREE_BYTES = 16 << 20
-MEASUREMENTS_FILE = "measurements.jsonl"
-FORMAT_VERSION = 1
+MAX_RUN_FILE_BYTES = 16 << 20
+MAX_MEASUREMENTS_BYTES = 1 << 30
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def new_run_id(manifest_name: str) -> str:
@@ -27,10 +32,12 @@ def new_run_id(manifest_name: str) -> str:
 
 
 class RunDir:
-    """One run's folder."""
+    """One run's folder. Long by design: creating, run.json and measurements.jsonl, each a few short methods."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        #: Set by measurements() when the last line was cut short (a crash mid-write): that measurement is lost.
+        self.torn_last_line = False
 
     @property
     def run_file(self) -> Path:
@@ -47,8 +54,8 @@ class RunDir:
     # -- creating
     @classmethod
     def create(cls, results_dir: Path, run_id: str) -> RunDir:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
-            raise KitError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-'")
+        if not RUN_ID.fullmatch(run_id):
+            raise KitError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
         results_dir = Path(results_dir)
         try:
             results_dir.mkdir(parents=True, exist_ok=True)
@@ -78,24 +85,32 @@ class RunDir:
         return cls(path)
 
     # -- run.json
-    def write_meta(self, meta: dict[str, Any]) -> None:
-        schema.check("run", meta, str(self.run_file))
-        tmp = self.run_file.with_suffix(".json.partial")
-        tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-        os.replace(tmp, self.run_file)
+    def write_meta(self, meta: RunMeta) -> None:
+        obj = meta.to_json()
+        schema.check("run", obj, str(self.run_file))
+        atomic_write_text(self.run_file, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
-    def read_meta(self) -> dict[str, Any]:
+    def read_meta(self) -> RunMeta:
+        where = str(self.run_file)
         try:
-            meta = json.loads(self.run_file.read_text())
+            if self.run_file.stat().st_size > MAX_RUN_FILE_BYTES:
+                raise KitError(f"{where}: larger than {MAX_RUN_FILE_BYTES >> 20} MB; not a run.json")
+            obj = json.loads(self.run_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise KitError(f"{self.run_file}: not valid JSON (line {e.lineno}: {e.msg})") from None
-        schema.check("run", meta, str(self.run_file))
-        return meta
+            raise KitError(f"{where}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        except UnicodeDecodeError:
+            raise KitError(f"{where}: not UTF-8 text") from None
+        except OSError as e:
+            raise KitError(f"{where}: cannot read: {e.strerror or e}") from None
+        except RecursionError:
+            raise KitError(f"{where}: nested too deeply") from None
+        return RunMeta.from_json(obj, where)
 
-    def update_meta(self, **changes: Any) -> dict[str, Any]:
+    def update_meta(self, **changes: Any) -> RunMeta:
         meta = self.read_meta()
-        meta.update(changes)
-        meta["updated_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for k, v in changes.items():
+            setattr(meta, k, v)
+        meta.updated_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.write_meta(meta)
         return meta
 
@@ -109,24 +124,33 @@ class RunDir:
             f.flush()
             os.fsync(f.fileno())
 
-    def measurements(self, *, validate: bool = True) -> list[dict[str, Any]]:
-        """All records; a torn last line (a crash mid-write) is ignored, any other bad line is an error."""
+    def measurements(self) -> list[dict[str, Any]]:
+        """All records in the current format; a torn last line (a crash mid-write) is skipped and noted in
+        `torn_last_line`, any other bad line is an error naming it."""
+        self.torn_last_line = False
         if not self.measurements_file.exists():
             return []
+        f = self.measurements_file
+        if f.stat().st_size > MAX_MEASUREMENTS_BYTES:
+            raise KitError(f"{f}: larger than {MAX_MEASUREMENTS_BYTES >> 30} GB")
+        try:
+            lines = f.read_text(encoding="utf-8").split("\n")
+        except UnicodeDecodeError as e:
+            raise KitError(f"{f}: not UTF-8 text (byte {e.start})") from None
         records = []
-        lines = self.measurements_file.read_text(encoding="utf-8").split("\n")
-        for i, line in enumerate(lines, 1):
+        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+        for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                if i >= len(lines) - 1:
-                    continue  # torn final line: the measurement was not finished
-                raise KitError(f"{self.measurements_file}: line {i}: not valid JSON ({e.msg})") from None
-            if validate:
-                schema.check("result", rec, f"{self.measurements_file}: line {i}")
-            records.append(rec)
+            except (json.JSONDecodeError, RecursionError) as e:
+                if i == last and not lines[i].endswith("}"):
+                    self.torn_last_line = True
+                    continue
+                raise KitError(f"{f}: line {i + 1}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
+                    from None
+            records.append(schema.read("result", rec, f"{f}: line {i + 1}"))
         return records
 
     def done_ids(self) -> set[str]:

@@ -1,10 +1,11 @@
-"""The JSON Schemas in schemas/: loading them and turning violations into one-line messages."""
+"""The file formats: the JSON Schemas in schemas/, the version each file is written in, and the upgrade of older
+versions on read (one function per old version, as pyperf does). Violations become one-line messages."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jsonschema
@@ -12,8 +13,20 @@ from jsonschema import Draft202012Validator
 
 from harness import SCHEMAS, KitError
 
-#: Schema names and the format_version each one describes.
-SCHEMA_NAMES = ("manifest", "result", "run", "summary", "build")
+#: The format version each file is written in now; the schema of the same name describes it.
+FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 2, "build": 1, "bundle": 1}
+SCHEMA_NAMES = tuple(n for n in FORMAT_VERSIONS if n != "bundle")
+
+#: (name, old version) -> a function that returns the object in the next version.
+_UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def upgrade(name: str, version: int) -> Callable:
+    """Register the upgrade of `name` files from `version` to `version + 1`."""
+    def register(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        _UPGRADES[(name, version)] = fn
+        return fn
+    return register
 
 
 @functools.cache
@@ -44,26 +57,39 @@ def field_path(parts: Iterable[Any]) -> str:
     return out or "(top level)"
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _message(error: jsonschema.ValidationError) -> str:
     where = field_path(error.absolute_path)
-    if error.validator == "additionalProperties":
-        return f"{where}: {error.message}"
-    if error.validator == "required":
-        return f"{where}: {error.message}"
     if error.validator == "enum":
-        return f"{where}: {error.instance!r} is not one of {error.validator_value!r}"
+        return f"{where}: {_short(error.instance)} is not one of {error.validator_value!r}"
     if error.validator == "const":
-        return f"{where}: expected {error.validator_value!r}, got {error.instance!r}"
+        return f"{where}: expected {error.validator_value!r}, got {_short(error.instance)}"
     if error.validator == "pattern":
-        return f"{where}: {error.instance!r} does not match {error.validator_value!r}"
+        return f"{where}: {_short(error.instance)} does not match {error.validator_value!r}"
     if error.validator == "type":
-        return f"{where}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
-    return f"{where}: {error.message}"
+        got = f"{type(error.instance).__name__} {_short(error.instance)}"
+        return f"{where}: expected {error.validator_value}, got {got}"
+    bound = {"minimum": "expected at least {v}, got {x}", "maximum": "expected at most {v}, got {x}",
+             "exclusiveMinimum": "expected more than {v}, got {x}",
+             "exclusiveMaximum": "expected less than {v}, got {x}",
+             "maxLength": "longer than {v} characters", "minLength": "shorter than {v} characters",
+             "maxItems": "more than {v} items", "minItems": "fewer than {v} items",
+             "maxProperties": "more than {v} entries"}.get(str(error.validator))
+    if bound:
+        return f"{where}: " + bound.format(v=error.validator_value, x=_short(error.instance))
+    return f"{where}: {error.message[:300]}"
 
 
 def errors(name: str, instance: Any) -> list[str]:
     """All violations of schema `name` by `instance`, one line each, in document order."""
-    found = sorted(validator(name).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    try:
+        found = sorted(validator(name).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    except RecursionError:
+        return ["(top level): nested too deeply"]
     return [_message(e) for e in found]
 
 
@@ -73,3 +99,27 @@ def check(name: str, instance: Any, where: str) -> None:
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise KitError(f"{where}: {found[0]}{more}")
+
+
+def read(name: str, obj: Any, where: str) -> dict[str, Any]:
+    """A file's object in the current format: older versions upgraded step by step, then validated; a newer or
+    unknown version is one line."""
+    if not isinstance(obj, dict):
+        raise KitError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    current = FORMAT_VERSIONS[name]
+    version = obj.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise KitError(f"{where}: format_version: expected an integer, got {_short(version)}")
+    if version > current:
+        raise KitError(f"{where}: format_version {version} is newer than this kit reads ({current}); upgrade the kit")
+    while version < current:
+        step = _UPGRADES.get((name, version))
+        if step is None:
+            raise KitError(f"{where}: format_version {version} cannot be read by this kit (it writes {current})")
+        try:
+            obj = step(obj)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise KitError(f"{where}: cannot read format_version {version} ({type(e).__name__}: {e})") from None
+        version = obj["format_version"]
+    check(name, obj, where)
+    return obj

@@ -19,7 +19,20 @@ DEMO = ROOT / "manifests" / "demo-cpu.yaml"
 SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
+#: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
+DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd"}
+IMAGE_FIXTURES = {"demo_image", "demo_run"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for it in items:
+        names = set(getattr(it, "fixturenames", ()))
+        if names & DOCKER_FIXTURES or it.get_closest_marker("image"):
+            it.add_marker(pytest.mark.docker)
+        if names & IMAGE_FIXTURES:
+            it.add_marker(pytest.mark.image)
+        if "sshd" in names:
+            it.add_marker(pytest.mark.ssh)
     # The slow, image-dependent tests go last, so the quick ones report first.
     items.sort(key=lambda it: 1 if it.get_closest_marker("image") else 0)
 
@@ -90,9 +103,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 @pytest.fixture(scope="session")
 def demo_run(demo_image, models_dir, results_dir) -> Path:
     """One real demo run: every strategy and task, 2 runs each, one fresh container per measurement."""
-    from harness import session
+    from harness import runner
 
-    session.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
+    runner.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)
     return results_dir / "demo-run"
 

@@ -13,13 +13,14 @@ import yaml
 from harness import KitError
 from harness import build as bd
 from harness import manifest as mf
+from harness import source as sources
 from tests.conftest import DEMO, SPARK, write_manifest
 
 
 def test_spark_renders_cuda_plan_with_arch_121_and_pinned_source():
     m = mf.load(SPARK)
     for prefer in ("git", "sdist"):
-        p = bd.plan(m, bd.describe_source(m, prefer))
+        p = bd.plan(m, sources.describe_source(m, prefer))
         assert p.backend == "cuda"
         assert p.base_image.startswith("nvidia/cuda:") and "devel" in p.base_image
         assert p.runtime_image.startswith("nvidia/cuda:") and "runtime" in p.runtime_image
@@ -30,19 +31,19 @@ def test_spark_renders_cuda_plan_with_arch_121_and_pinned_source():
         assert p.labels["specbench.backend"] == "cuda" and p.labels["specbench.cuda-architectures"] == "121"
         assert p.labels["specbench.llama-build-number"] == "11434"
         assert p.tag.startswith("specbench/llama-server:cuda-b11434-")
-    git_plan = bd.plan(m, bd.describe_source(m, "git"))
+    git_plan = bd.plan(m, sources.describe_source(m, "git"))
     assert git_plan.source["kind"] == "git" and git_plan.source["ref"] == "b11434"
-    sdist_plan = bd.plan(m, bd.describe_source(m, "sdist"))
+    sdist_plan = bd.plan(m, sources.describe_source(m, "sdist"))
     assert sdist_plan.source["sha256"].startswith("b0a2feb64c6f")
     assert git_plan.tag != sdist_plan.tag
 
 
 def test_cpu_plan_uses_registry_free_base_and_differs_from_cuda():
     m = mf.load(DEMO)
-    p = bd.plan(m, bd.describe_source(m, "sdist"))
+    p = bd.plan(m, sources.describe_source(m, "sdist"))
     assert p.registry_free and p.base_image.startswith("specbench/base-builder:")
     assert "-DGGML_CUDA=ON" not in p.cmake_args
-    assert bd.plan(m, bd.describe_source(m, "sdist"), backend="cuda").tag != p.tag
+    assert bd.plan(m, sources.describe_source(m, "sdist"), backend="cuda").tag != p.tag
 
 
 def _fake_llama_tree(root):
@@ -59,7 +60,7 @@ def test_local_folder_source_is_hashed_and_excludes_models(tmp_path):
     raw = yaml.safe_load(DEMO.read_text())
     raw["llama_cpp"] = {"path": str(src)}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
-    tree = bd.resolve_source(m, log=lambda s: None)
+    tree = sources.resolve_source(m, log=lambda s: None)
     assert tree.kind == "path" and len(tree.identity["content_sha256"]) == 64
     with open(tmp_path / "ctx.tar", "wb") as f:
         n = bd.write_context(tree, f)
@@ -68,7 +69,7 @@ def test_local_folder_source_is_hashed_and_excludes_models(tmp_path):
     assert not any(x.startswith("llama.cpp/models") for x in names) and n == 2
     before = tree.identity["content_sha256"]
     (src / "tools" / "server" / "server.cpp").write_text("int main() { return 1; }\n")
-    assert bd.resolve_source(m, log=lambda s: None).identity["content_sha256"] != before
+    assert sources.resolve_source(m, log=lambda s: None).identity["content_sha256"] != before
 
 
 def test_local_folder_that_is_not_llama_cpp(tmp_path):
@@ -76,7 +77,7 @@ def test_local_folder_that_is_not_llama_cpp(tmp_path):
     raw["llama_cpp"] = {"path": str(tmp_path)}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     with pytest.raises(KitError, match="is not a llama.cpp source folder"):
-        bd.resolve_source(m, log=lambda s: None)
+        sources.resolve_source(m, log=lambda s: None)
 
 
 def test_sdist_with_wrong_sha256_is_refused(tmp_path):
@@ -90,10 +91,10 @@ def test_sdist_with_wrong_sha256_is_refused(tmp_path):
     raw["llama_cpp"] = {"sdist": {"package": "fake", "version": "1.0", "sha256": "3" * 64}}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     with pytest.raises(KitError, match=f"has sha256 {good}, the manifest pins 3333"):
-        bd.resolve_sdist(m, lambda s: None, cache=tmp_path / "cache", local_file=archive)
+        sources.resolve_sdist(m, lambda s: None, cache=tmp_path / "cache", local_file=archive)
     raw["llama_cpp"]["sdist"]["sha256"] = good
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
-    tree = bd.resolve_sdist(m, lambda s: None, cache=tmp_path / "cache", local_file=archive)
+    tree = sources.resolve_sdist(m, lambda s: None, cache=tmp_path / "cache", local_file=archive)
     assert (tree.path / "CMakeLists.txt").is_file() and tree.identity["sha256"] == good
 
 
@@ -111,10 +112,10 @@ def test_git_ref_that_does_not_exist(tmp_path):
     raw["llama_cpp"] = {"git": {"repo": str(repo), "ref": "b999"}}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     with pytest.raises(KitError, match=r"ref 'b999' does not exist in"):
-        bd.resolve_source(m, log=lambda s: None, cache=tmp_path / "cache")
+        sources.resolve_source(m, log=lambda s: None, cache=tmp_path / "cache")
     raw["llama_cpp"] = {"git": {"repo": str(repo), "ref": "b1"}}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
-    tree = bd.resolve_source(m, log=lambda s: None, cache=tmp_path / "cache")
+    tree = sources.resolve_source(m, log=lambda s: None, cache=tmp_path / "cache")
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert tree.kind == "git" and tree.identity["commit"] == head
 
@@ -151,7 +152,7 @@ def test_failing_build_leaves_no_tagged_image(docker_client, tmp_path, demo_imag
     raw = yaml.safe_load(DEMO.read_text())
     raw["llama_cpp"] = {"path": str(src)}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
-    tag = bd.plan(m, bd.describe_source(m), bases=None).tag
+    tag = bd.plan(m, sources.describe_source(m)).tag
     with pytest.raises(KitError) as e:
         bd.build(docker_client, m, log=lambda s: None)
     assert "build failed" in str(e.value) and "last log lines" in str(e.value)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import manifest as mf
-from harness.runner import make_plan
+from harness.plan import make_plan
 from tests.conftest import DEMO, write_manifest
 
 BASE = yaml.safe_load(DEMO.read_text())

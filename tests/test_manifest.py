@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import subprocess
 import sys
@@ -108,9 +109,10 @@ def test_duplicate_ids(tmp_path):
 
 
 def test_n_predict_and_runs(tmp_path):
-    assert "tasks[2].n_predict: expected a positive number of tokens, got 0" in \
+    assert "tasks[2].n_predict: expected at least 1, got 0" in \
         _bad(tmp_path, lambda r: r["tasks"][2].update(n_predict=0))
-    assert "runs: expected at least 1 run per cell, got 0" in _bad(tmp_path, lambda r: r.update(runs=0))
+    assert "runs: expected at least 1, got 0" in _bad(tmp_path, lambda r: r.update(runs=0))
+    assert "runs: expected at most 1000, got 1000000000000" in _bad(tmp_path, lambda r: r.update(runs=10**12))
 
 
 def test_schema_type_and_missing_field(tmp_path):
@@ -122,7 +124,7 @@ def test_schema_type_and_missing_field(tmp_path):
 
 
 def test_reserved_server_args(tmp_path):
-    assert "server_args: '--port' is set by the kit" in \
+    assert "server_args[0]: '--port' is not allowed: the kit binds the server to 127.0.0.1" in \
         _bad(tmp_path, lambda r: r.update(server_args=["--port", "8080"]))
 
 
@@ -179,5 +181,7 @@ def test_cli_every_task_has_help():
         assert h.returncode == 0
         body = h.stdout.split("Options:")[1] if "Options:" in h.stdout else ""
         for line in body.strip().splitlines():
-            if line.strip().startswith("-"):
-                assert len(line.split("  ", 1)[-1].strip()) > 0, f"{t}: option without help: {line}"
+            if line.startswith("  -"):
+                parts = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+                assert len(parts) == 2 and parts[1].strip(), f"{t}: option without help: {line}"
+                assert not parts[0].startswith("--="), f"{t}: an option with an empty short flag: {line}"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness import build, probe, session
+from harness import build, probe, runner
 from harness import manifest as mf
 from harness.engine import LocalEngine
 from harness.results import RunDir
+from harness.source import CACHE
 from harness.summary import summarize
 from tests.conftest import DEMO, write_manifest
 
@@ -27,12 +28,12 @@ def test_probe_measures_and_physics_uses_it(tmp_path, demo_image, models_dir, do
         raw["runs"] = 1
         path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "p.yaml")
         build.build(docker_client, mf.load(path), log=lambda s: None)  # the same image, recorded for this name
-        session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
+        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
                     log=lambda s: None)
         meta = RunDir.open(tmp_path / "r" / "p").read_meta()
-        assert meta["bandwidth"]["gbs"] == rec["gbs"] and meta["bandwidth"]["host"] == "local"
+        assert meta.bandwidth["gbs"] == rec["gbs"] and meta.bandwidth["host"] == "local"
         physics = summarize(RunDir.open(tmp_path / "r" / "p"))["cells"][0]["checks"]["physics"]
         assert physics["data"]["bandwidth_source"] == "measured" and physics["data"]["bandwidth_gbs"] == rec["gbs"]
     finally:
         probe._path(name, "local").unlink(missing_ok=True)
-        build.CACHE.joinpath("builds", f"{name}-cpu-latest.json").unlink(missing_ok=True)
+        CACHE.joinpath("builds", f"{name}-cpu-latest.json").unlink(missing_ok=True)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from harness import ROOT, KitError, session
+from harness import ROOT, KitError, runner
 from harness import build as bd
 from harness import doctor as dr
 from harness import report as rp
@@ -77,7 +77,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
         assert items["gpu"].ok  # cpu backend: no GPU needed
         rec = bd.build(eng.client, m, log=lambda s: None, host=eng.name)
         assert rec["reused"] and rec["host"] == eng.name and rec["image_id"] == demo_image["image_id"]
-        out = session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
+        out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
                           progress=False, engines=[eng], log=lambda s: None)
         assert "8 ok, 0 failed" in out
         assert eng.endpoints and all(ep.via == "ssh-tunnel" and ep.channels >= 2 for ep in eng.endpoints)
@@ -114,7 +114,7 @@ def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_d
             from harness import manifest as mf
 
             bd.build(e.client, mf.load(path), log=lambda s: None, host=e.name)
-        session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="two", seed=5,
+        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="two", seed=5,
                     progress=False, engines=engines, log=lambda s: None)
     finally:
         for e in engines:
@@ -154,14 +154,14 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
 
     threading.Thread(target=drop, daemon=True).start()
     with pytest.raises(KitError) as e:
-        session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="rdrop", seed=1,
+        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="rdrop", seed=1,
                     progress=False, engines=[eng], log=lambda s: None)
     assert "\n" not in str(e.value) and "resume with `invoke run --resume rdrop`" in str(e.value)
     first = RunDir.open(tmp_path / "r" / "rdrop").measurements()
     assert 2 <= len(first) < 6
     eng2 = _remote(sshd, tmp_path)
     try:
-        out = session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, resume="rdrop",
+        out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, resume="rdrop",
                           progress=False, engines=[eng2], log=lambda s: None)
     finally:
         eng2.close()

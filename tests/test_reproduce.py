@@ -13,7 +13,7 @@ import tarfile
 import pytest
 import yaml
 
-from harness import ROOT, KitError, session
+from harness import ROOT, KitError, runner
 from harness import bundle as bu
 from harness import compare as cmp
 from harness import manifest as mf
@@ -51,7 +51,8 @@ def test_hub_download_verified_and_mismatch_refused(tmp_path, monkeypatch):
 
 
 def test_strict_validate_names_unpinned_fields(tmp_path):
-    from harness.validation import describe, unpinned
+    from harness.manifest import unpinned
+    from harness.plan import render as describe
 
     assert unpinned(mf.load(DEMO)) == []
     assert "strict: every field that decides the numbers is pinned" in describe(mf.load(DEMO), tmp_path, strict=True)
@@ -69,7 +70,7 @@ def _small_run(tmp_path, models_dir, run_id):
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("json-out", "translate")]
     raw["runs"] = 3
     path = write_manifest(tmp_path / "shared", yaml.safe_dump(raw, allow_unicode=True), "shared.yaml")
-    session.run(path, results_dir=tmp_path / "results", models_dir=models_dir, run_id=run_id, seed=9,
+    runner.run(path, results_dir=tmp_path / "results", models_dir=models_dir, run_id=run_id, seed=9,
                 progress=False, log=lambda s: None)
     return path, tmp_path / "results" / run_id
 

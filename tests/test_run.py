@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from harness import ROOT, schema, session
+from harness import ROOT, runner, schema
 from harness import manifest as mf
 from harness.engine import LocalEngine
 from harness.results import RunDir
@@ -43,10 +43,13 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     assert all(len(r["probs"]["positions"]) == r["server"]["predicted_n"] for r in base)
     assert all("probs" not in r for r in recs if r["strategy"] != "baseline")
     meta = RunDir.open(demo_run).read_meta()
-    assert meta["status"] == "complete" and meta["plan"]["shuffle_seed"] == 1234
-    assert json.loads((demo_run / "build.json").read_text())["image_id"] == meta["build"]["image_id"]
-    assert meta["manifest"]["sha256"] == demo_manifest.sha256
-    assert meta["environment"]["local"]["docker_version"]
+    assert meta.status == "complete" and meta.plan.shuffle_seed == 1234
+    assert json.loads((demo_run / "build.json").read_text())["image_id"] == meta.build["image_id"]
+    assert meta.manifest["sha256"] == demo_manifest.sha256
+    assert meta.environment["local"]["docker_version"]
+    # run.json carries the normalised manifest: strategies with their baseline, tasks with their prompts
+    assert meta.strategy("draft-simple").baseline == "baseline" and meta.strategy("baseline").baseline is None
+    assert [p.id for p in meta.task("code-gen").prompts] == ["code-gen"]
 
 
 def test_every_measurement_in_its_own_container_and_none_left(demo_run, docker_client):
@@ -79,9 +82,9 @@ def _trap_manifest(tmp_path, runs=3):
 
 def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_image, models_dir):
     path = _trap_manifest(tmp_path)
-    session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="naive", reuse_server=True,
+    runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="naive", reuse_server=True,
                 seed=1, progress=False, log=lambda s: None)
-    session.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="fresh", seed=1, progress=False,
+    runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="fresh", seed=1, progress=False,
                 log=lambda s: None)
     naive = sorted(_records(tmp_path / "r" / "naive"), key=lambda r: r["order"])
     fresh = sorted(_records(tmp_path / "r" / "fresh"), key=lambda r: r["order"])
@@ -118,7 +121,7 @@ def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, mo
     raw["runs"] = 1
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "broken.yaml")
     t0 = time.monotonic()
-    out = session.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="broken", progress=False,
+    out = runner.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="broken", progress=False,
                       log=lambda s: None)
     assert time.monotonic() - t0 < 60
     recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "broken")}
@@ -152,7 +155,7 @@ def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):
     first = _records(tmp_path / "r" / "int")
     assert 5 <= len(first) < 24
     assert LocalEngine().kit_containers("int") == []
-    assert RunDir.open(tmp_path / "r" / "int").read_meta()["status"] == "interrupted"
+    assert RunDir.open(tmp_path / "r" / "int").read_meta().status == "interrupted"
     res = subprocess.run([*args[:-3], "--resume", "int", "--no-progress"], capture_output=True, text=True, env=env,
                          timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -183,7 +186,7 @@ def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, 
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "json-out"]
     raw["runs"] = 1
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "par.yaml")
-    session.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="par", progress=False,
+    runner.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="par", progress=False,
                 log=lambda s: None)
     recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "par")}
     for sid in ("baseline-x3", "ngram-mod-x3"):

@@ -1,0 +1,219 @@
+"""run.json: what a run measured and how, written once at the start (typed, normalised from the manifest) and
+read back by the stages after the run (summary, report, bundle, compare), which never parse the manifest again.
+
+Format 1 (before strategies and tasks were normalised into run.json) is upgraded on read from the manifest text
+it carries."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from harness import __version__, schema
+from harness.files import display_path, file_sha256, now_iso
+from harness.manifest import Manifest, ModelFile
+from harness.plan import Plan
+
+
+@dataclass(frozen=True)
+class StrategyMeta:
+    id: str
+    spec_type: str
+    draft: str | None
+    model: str
+    baseline: str | None  # the strategy this one's speedup is against (resolved), None for a baseline itself
+    args: tuple[str, ...] = ()
+    label: str | None = None
+    parallel: int = 1
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec_type != "none"
+
+
+@dataclass(frozen=True)
+class PromptMeta:
+    id: str
+    file: str  # relative to the manifest's folder
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TaskMeta:
+    id: str
+    n_predict: int
+    prompts: tuple[PromptMeta, ...]
+
+
+@dataclass(frozen=True)
+class PlanMeta:
+    strategies: list[str]
+    tasks: list[str]
+    runs: int
+    shuffle_seed: int
+    hosts: list[str]
+    measurements: int
+
+
+@dataclass
+class RunMeta:
+    run_id: str
+    created_at: str
+    status: str
+    protocol: str
+    kit_version: str
+    manifest: dict[str, Any]  # name, path, sha256, text
+    hardware: dict[str, Any]
+    sampling: dict[str, Any]
+    endpoint: str
+    strategies: list[StrategyMeta]
+    tasks: list[TaskMeta]
+    models: dict[str, dict[str, Any]]
+    build: dict[str, Any]
+    environment: dict[str, dict[str, Any]]
+    plan: PlanMeta
+    bandwidth: dict[str, Any] | None = None
+    interruptions: list[dict[str, Any]] = field(default_factory=list)
+    updated_at: str | None = None
+    format_version: int = schema.FORMAT_VERSIONS["run"]
+
+    # -- lookups
+    def strategy(self, sid: str) -> StrategyMeta:
+        return next(s for s in self.strategies if s.id == sid)
+
+    def task(self, tid: str) -> TaskMeta:
+        return next(t for t in self.tasks if t.id == tid)
+
+    def planned_strategies(self) -> list[StrategyMeta]:
+        return [self.strategy(s) for s in self.plan.strategies]
+
+    def planned_tasks(self) -> list[TaskMeta]:
+        return [self.task(t) for t in self.plan.tasks]
+
+    def baselines(self) -> list[str]:
+        """Ids of the planned strategies that are a baseline (no speculation)."""
+        return [s.id for s in self.planned_strategies() if not s.speculative]
+
+    # -- the file
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for s in out["strategies"]:
+            s["args"] = list(s["args"])
+        for t in out["tasks"]:
+            t["prompts"] = list(t["prompts"])
+        order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
+        return {k: out[k] for k in order if out[k] is not None} | {k: v for k, v in out.items() if k not in order}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], where: str) -> RunMeta:
+        obj = schema.read("run", obj, where)
+        return cls(
+            run_id=obj["run_id"], created_at=obj["created_at"], status=obj["status"], protocol=obj["protocol"],
+            kit_version=obj.get("kit_version", "?"), manifest=obj["manifest"], hardware=obj["hardware"],
+            sampling=obj.get("sampling", {}), endpoint=obj.get("endpoint", "completion"),
+            strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ()))}) for s in obj["strategies"]],
+            tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]))
+                   for t in obj["tasks"]],
+            models=obj["models"], build=obj["build"], environment=obj["environment"],
+            plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
+                          measurements=obj["plan"].get("measurements", 0)),
+            bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
+            updated_at=obj.get("updated_at"))
+
+
+def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
+    """What run.json records of a model file: name, hash, size, where it came from (never a local path)."""
+    src: dict[str, Any]
+    if model.hf:
+        src = {"hf": {"repo": model.hf.repo, "file": model.hf.file, "revision": model.hf.revision}}
+    elif model.generate:
+        src = {"generate": {"kind": model.generate.kind, "seed": model.generate.seed, "alpha": model.generate.alpha,
+                            **model.generate.shape()}}
+    else:
+        src = {"file": model.file}
+    return {"file": path.name, "sha256": model.sha256 or file_sha256(path), "size_bytes": path.stat().st_size,
+            "quantization": model.quantization, "source": src}
+
+
+def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],
+            model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
+            bandwidth: dict[str, Any] | None) -> RunMeta:
+    """The run metadata of a new run, normalised from the manifest and the plan."""
+    folder = manifest.folder
+    strategies = []
+    for s in manifest.strategies:
+        base = manifest.baseline_for(s)
+        strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
+                                       base.id if base is not None and base.id != s.id else None, tuple(s.args),
+                                       s.label, s.parallel))
+    tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
+                                                          p.sha256 or file_sha256(p.path)) for p in t.prompts))
+             for t in manifest.tasks]
+    hw = manifest.hardware
+    sp = manifest.sampling
+    return RunMeta(
+        run_id=run_id, created_at=now_iso(), status="running", protocol=protocol, kit_version=__version__,
+        manifest={"name": manifest.name, "path": display_path(manifest.path), "sha256": manifest.sha256,
+                  "text": manifest.text},
+        hardware={"name": hw.name, "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+                  "bandwidth_source": hw.bandwidth_source, "memory_gb": hw.memory_gb},
+        sampling={"temperature": sp.temperature, "seed": sp.seed, "top_k": sp.top_k}, endpoint=manifest.endpoint,
+        strategies=strategies, tasks=tasks,
+        models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
+        build=build, environment=environment,
+        plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
+                      plan.hosts, len(plan.items)),
+        bandwidth=bandwidth)
+
+
+@schema.upgrade("run", 1)
+def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 kept only the manifest's text: normalise strategies, tasks, hardware from it."""
+    from harness.manifest import parse_yaml
+
+    obj = copy.deepcopy(obj)
+    raw = parse_yaml(obj["manifest"]["text"], "run.json manifest.text")
+    prompts = obj["manifest"].pop("prompts", {})
+    first_none = next((s["id"] for s in raw["strategies"] if s["spec_type"] == "none"), None)
+    obj["strategies"] = [{"id": s["id"], "spec_type": s["spec_type"], "draft": s.get("draft"), "model": "target",
+                          "baseline": None if s["spec_type"] == "none" else first_none,
+                          "args": list(s.get("args", [])), "label": s.get("label"),
+                          "parallel": int(s.get("parallel", 1))} for s in raw["strategies"]]
+    obj["tasks"] = [{"id": t["id"], "n_predict": t["n_predict"],
+                     "prompts": [{"id": t["id"], "file": PurePosixPath(t["prompt_file"]).as_posix(),
+                                  "sha256": prompts.get(t["id"], t.get("sha256") or "")}]} for t in raw["tasks"]]
+    hw = raw["hardware"]
+    obj["hardware"] = {"name": hw["name"], "memory_bandwidth_gbs": hw["memory_bandwidth_gbs"],
+                       "bandwidth_source": hw["bandwidth_source"], "memory_gb": hw.get("memory_gb")}
+    sp = raw.get("sampling", {})
+    obj["sampling"] = {"temperature": sp.get("temperature", 0.0), "seed": sp.get("seed", 42),
+                       "top_k": sp.get("top_k")}
+    obj["endpoint"] = raw.get("endpoint", "completion")
+    for m in obj.get("models", {}).values():
+        m.setdefault("quantization", None)
+        m.setdefault("source", {})
+        if "path" in m["source"]:
+            m["source"] = {"file": m["file"]}
+    obj["format_version"] = 2
+    return obj
+
+
+@schema.upgrade("result", 1)
+def _result_from_v1(rec: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 records had one prompt per task and one target: name them."""
+    rec = dict(rec)
+    rec.setdefault("model", "target")
+    rec.setdefault("prompt", rec["task"])
+    if isinstance(rec.get("quiet"), dict):
+        q = dict(rec["quiet"])
+        q["warnings"] = [{"kind": "busy", "sentence": w} if isinstance(w, str) else w for w in q.get("warnings", [])]
+        rec["quiet"] = q
+    rec["format_version"] = 2
+    return rec
+
+
+def display(meta: RunMeta) -> str:
+    """One line naming a run: id, manifest, status."""
+    return f"{meta.run_id} ({meta.manifest['name']}, {meta.status})"

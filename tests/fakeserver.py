@@ -1,0 +1,89 @@
+"""A stand-in for llama-server's HTTP answers, on 127.0.0.1, for testing the client without a container.
+
+It answers /health, /apply-template, streamed and plain /completion the way llama-server b11434 does (SSE lines
+`data: {...}`, a final chunk with `stop` and `timings`), and can be told to misbehave."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeLlamaServer:
+    def __init__(self, tokens: list[int] | None = None, *, delay_s: float = 0.002, mode: str = "ok",
+                 timings: dict[str, Any] | None = None):
+        self.tokens = tokens or [5, 9, 4, 7, 7]
+        self.delay_s = delay_s
+        self.mode = mode
+        self.timings = timings or {"prompt_n": 3, "prompt_ms": 1.0, "prompt_per_second": 3000.0,
+                                   "predicted_n": len(self.tokens), "predicted_ms": 10.0,
+                                   "predicted_per_second": 500.0, "draft_n": 4, "draft_n_accepted": 2}
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                self._json(200, {"status": "ok"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append((self.path, body))
+                if self.path == "/apply-template":
+                    msg = body["messages"][0]["content"]
+                    self._json(200, {"prompt": f"<start_of_turn>user\n{msg}<end_of_turn>\n<start_of_turn>model\n"})
+                elif fake.mode == "http-error":
+                    self._json(500, {"error": {"message": "boom"}})
+                elif body.get("stream"):
+                    self._stream()
+                else:
+                    self._json(200, fake.plain(body))
+
+            def _json(self, status: int, obj: dict[str, Any]) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for tok in fake.tokens:
+                    time.sleep(fake.delay_s)
+                    self.wfile.write(f"data: {json.dumps({'content': f't{tok} ', 'tokens': [tok]})}\n\n".encode())
+                    self.wfile.flush()
+                if fake.mode == "no-final":
+                    return
+                if fake.mode == "bad-json":
+                    self.wfile.write(b"data: {not json\n\n")
+                    return
+                final = {"content": "", "stop": True, "stop_type": "limit", "timings": fake.timings}
+                self.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def plain(self, body: dict[str, Any]) -> dict[str, Any]:
+        probs = [{"id": t, "token": f"t{t}", "logprob": -0.1,
+                  "top_logprobs": [{"id": t, "token": f"t{t}", "logprob": -0.1},
+                                   {"id": t + 1, "token": f"t{t + 1}", "logprob": -0.1 - i}]}
+                 for i, t in enumerate(self.tokens)]
+        return {"content": "".join(f"t{t} " for t in self.tokens), "completion_probabilities": probs,
+                "timings": self.timings}
+
+    def __enter__(self) -> FakeLlamaServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

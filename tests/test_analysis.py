@@ -1,0 +1,156 @@
+"""The analysis stages on committed run folders, without Docker: summary.json and RESULTS.md regenerate byte for
+byte; old formats stay readable; compare's verdicts; the typed run metadata."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+
+import pytest
+
+from harness import ROOT, KitError, schema
+from harness import compare as cmp
+from harness import report as rp
+from harness.results import RunDir
+from harness.runmeta import RunMeta
+from harness.summary import summarize
+
+COMMITTED = re.findall(r"^## Run (\S+)$", (ROOT / "RESULTS.md").read_text(encoding="utf-8"), re.M)
+
+
+def _copy_runs(tmp_path):
+    out = []
+    for run_id in COMMITTED:
+        run_id = run_id.replace("\\", "")
+        shutil.copytree(ROOT / "results" / run_id, tmp_path / "results" / run_id)
+        out.append(tmp_path / "results" / run_id)
+    return out
+
+
+def test_committed_results_md_and_summaries_regenerate_byte_for_byte(tmp_path, monkeypatch):
+    assert COMMITTED, "RESULTS.md names no run"
+    dirs = _copy_runs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rp.write([d.relative_to(tmp_path) for d in dirs], tmp_path / "RESULTS.md")
+    assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8") == (ROOT / "RESULTS.md").read_text(encoding="utf-8")
+    for d in dirs:
+        assert (d / "summary.json").read_bytes() == (ROOT / "results" / d.name / "summary.json").read_bytes()
+        assert (d / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_links_the_plot_relative_to_the_report(tmp_path):
+    dirs = _copy_runs(tmp_path)
+    out = tmp_path / "elsewhere" / "deeper" / "R.md"
+    rp.write(dirs[:1], out)
+    link = re.search(r"!\[[^\]]*\]\(([^)]+)\)", out.read_text()).group(1)
+    assert (out.parent / link).resolve() == (dirs[0] / "plot.png").resolve()
+
+
+def test_summary_of_committed_demo_is_schema_valid_and_complete():
+    rd = RunDir.open(ROOT / "results" / "demo-cpu")
+    s = summarize(rd)
+    assert schema.errors("summary", s) == []
+    meta = rd.read_meta()
+    assert s["measurements"]["ok"] == meta.plan.measurements and not s["missing"]
+    assert {c["strategy"] for c in s["cells"]} == set(meta.plan.strategies)
+    speculative = [c for c in s["cells"] if meta.strategy(c["strategy"]).speculative]
+    assert speculative and all(c["speedup"] is not None for c in speculative)
+
+
+def test_run_json_round_trips_through_the_typed_reader(tmp_path):
+    meta = RunDir.open(ROOT / "results" / "demo-cpu").read_meta()
+    again = RunMeta.from_json(json.loads(json.dumps(meta.to_json())), "x")
+    assert again == meta
+    assert again.baselines() == [s.id for s in again.planned_strategies() if not s.speculative]
+
+
+def test_format_1_run_folder_is_read_through_its_upgrade(tmp_path):
+    """A run folder written in format 1 (run.json kept only the manifest text; 12 of its records) still reads."""
+    d = ROOT / "tests" / "data" / "format1-run"
+    assert json.loads((d / "run.json").read_text())["format_version"] == 1
+    rd = RunDir.open(d)
+    meta = rd.read_meta()
+    assert meta.strategy("draft-simple").baseline == "baseline" and meta.strategy("baseline").baseline is None
+    assert [p.id for p in meta.task("long-ctx").prompts] == ["long-ctx"] and meta.task("long-ctx").prompts[0].sha256
+    recs = rd.measurements()
+    assert len(recs) == 12 and all(r["format_version"] == 2 and r["prompt"] == r["task"] for r in recs)
+    s = summarize(rd)
+    assert schema.errors("summary", s) == [] and len(s["missing"]) > 0
+
+
+def test_newer_or_broken_formats_are_one_line(tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(ROOT / "results" / "demo-cpu", d)
+    obj = json.loads((d / "run.json").read_text())
+    newer = dict(obj, format_version=99)
+    (d / "run.json").write_text(json.dumps(newer))
+    with pytest.raises(KitError, match="format_version 99 is newer than this kit reads"):
+        RunDir.open(d).read_meta()
+    (d / "run.json").write_text("[1, 2]")
+    with pytest.raises(KitError, match="expected a JSON object, got list"):
+        RunDir.open(d).read_meta()
+    (d / "run.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(KitError, match="not UTF-8"):
+        RunDir.open(d).read_meta()
+
+
+def test_torn_last_line_is_named_not_silently_dropped(tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(ROOT / "results" / "demo-cpu", d)
+    lines = (d / "measurements.jsonl").read_text().splitlines()
+    (d / "measurements.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    rd = RunDir.open(d)
+    assert len(rd.measurements()) == len(lines) - 1 and rd.torn_last_line
+    s = summarize(rd)
+    assert s["measurements"]["torn_last_line"] is True
+    rp.write([d], tmp_path / "R.md", plot=False)
+    assert "cut short" in (tmp_path / "R.md").read_text()
+    # a bad line in the middle is an error naming it
+    (d / "measurements.jsonl").write_text(lines[0] + "\n{oops\n" + lines[1] + "\n")
+    with pytest.raises(KitError, match="line 2: not valid JSON"):
+        RunDir.open(d).measurements()
+
+
+def _fake_meta_pair(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(ROOT / "results" / "demo-cpu", a)
+    shutil.copytree(ROOT / "results" / "demo-cpu", b)
+    return a, b
+
+
+def test_compare_identical_runs_says_same_everywhere(tmp_path):
+    a, b = _fake_meta_pair(tmp_path)
+    res = cmp.compare(a, b)
+    assert res["comparable"] and res["differences"] == []
+    assert set(res["counts"]) == {"same"} and all(r["drafts"] == "same" for r in res["rows"])
+
+
+def test_compare_names_blocking_differences_by_field(tmp_path):
+    a, b = _fake_meta_pair(tmp_path)
+    obj = json.loads((b / "run.json").read_text())
+    obj = copy.deepcopy(obj)
+    obj["models"]["target"]["sha256"] = "0" * 64
+    obj["environment"]["local"]["cpu_model"] = "Other CPU"
+    (b / "run.json").write_text(json.dumps(obj))
+    res = cmp.compare(a, b)
+    fields = {d["field"]: d["blocking"] for d in res["differences"]}
+    assert fields == {"model target sha256": True, "hardware": False}
+    assert not res["comparable"]
+    assert all(r["verdict"] == "not comparable: different model target sha256" for r in res["rows"])
+
+
+def test_compare_verdicts_on_ranges():
+    def st(med, lo, hi):
+        return {"median": med, "min": lo, "max": hi, "spread_pct": (hi - lo) / 2 / med * 100}
+    assert cmp.verdict(st(10, 9, 11), st(10.5, 10, 11)) == "same"
+    assert cmp.verdict(st(10, 9.9, 10.1), st(20, 19.8, 20.2)) == "faster"
+    assert cmp.verdict(st(20, 19.8, 20.2), st(10, 9.9, 10.1)) == "slower"
+    assert cmp.verdict({"median": None}, st(10, 9, 11)) == "missing"
+
+
+def test_compare_pairs_every_host():
+    assert cmp.host_pairs(["a", "b"], ["b", "a"]) == [("a", "a"), ("b", "b")]
+    assert cmp.host_pairs(["local"], ["me@spark"]) == [("local", "me@spark")]
+    assert cmp.host_pairs(["x", "y"], ["p", "q"]) == [("x", "p"), ("y", "q")]
