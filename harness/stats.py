@@ -38,6 +38,9 @@ EQUIVALENCE_BAND = 0.02
 REPRODUCE_BAND = 0.05
 #: Relative half-width of a speedup interval that `invoke run --until` aims for by default.
 CONVERGENCE_TARGET = 0.05
+#: Fewest rounds before a cell may stop: the spread of fewer is too uncertain to stop on (two values that happen to
+#: agree would end a cell early), and a trend can be tested from 5 (`min_trend_runs`).
+MIN_CONVERGED_ROUNDS = 5
 #: Kendall's tau p-value below which a trend in execution order is real.
 TREND_P = 0.05
 #: A trend must move the cell's normalised throughput by at least this much over its runs...
@@ -672,7 +675,7 @@ class CellConvergence:
     rounds: int
     half_width: float | None
     converged: bool
-    rounds_estimate: int | None  # rounds the half-width scaling as 1/sqrt(n) suggests reach the target
+    rounds_estimate: int | None  # see `rounds_needed`
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -697,8 +700,25 @@ class Convergence:
                 "pending": [list(k) for k in self.pending], "to_run": [list(k) for k in self.to_run]}
 
 
+def rounds_needed(values: Sequence[float], target: float = CONVERGENCE_TARGET, limit: int = 1000) -> int | None:
+    """Fewest rounds m for which a Student-t interval on the logs, with the spread seen so far, is within
+    `target`: t(0.975, m-1) x sd / sqrt(m) <= log(1 + target). An estimate (the spread itself is uncertain);
+    None with fewer than 2 values, `limit` when even that many would not do."""
+    logs = [math.log(v) for v in values if v and v > 0]
+    if len(logs) < 2:
+        return None
+    sd = statistics.stdev(logs)
+    if sd == 0:
+        return len(logs)
+    goal = math.log1p(target)
+    for m in range(max(2, len(logs)), limit + 1):
+        if sps.t.ppf(0.5 + CONFIDENCE / 2, m - 1) * sd / math.sqrt(m) <= goal:
+            return m
+    return limit
+
+
 def convergence(records: list[dict[str, Any]], baseline: str | None, target: float = CONVERGENCE_TARGET,
-                min_rounds: int = 2) -> Convergence:
+                min_rounds: int = MIN_CONVERGED_ROUNDS) -> Convergence:
     """For `invoke run --until 5%`: is each cell's speedup interval (the tok/s median's interval where there is
     no baseline) within `target` of its estimate on either side? A cell with fewer than `min_rounds` rounds is
     not converged whatever its interval says."""
@@ -712,14 +732,15 @@ def convergence(records: list[dict[str, Any]], baseline: str | None, target: flo
             continue
         if baseline is not None:
             sp = speedup(records, host, s, t, baseline)
-            est, iv = sp.estimate, sp.interval
+            est, iv, vals = sp.estimate, sp.interval, list(sp.rounds.values())
         else:
             vals = list(per_round(by_cell.get((host, s, t), [])).values())
             est, iv = (statistics.median(vals) if vals else None), median_interval(vals)
         hw = iv.half_width(est)
         ok = hw is not None and hw <= target and iv.n >= min_rounds
-        need = None if hw is None else max(iv.n, math.ceil(iv.n * (hw / target) ** 2))
-        out.append(CellConvergence(host, s, t, iv.n, None if hw is None else round(hw, 4), ok, need))
+        need = rounds_needed(vals, target)
+        out.append(CellConvergence(host, s, t, iv.n, None if hw is None else round(hw, 4), ok,
+                                   None if need is None else max(need, min_rounds)))
     pending = [(c.host, c.strategy, c.task) for c in out if not c.converged]
     to_run = list(pending)
     if baseline is not None:

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from scipy.stats import t as t_dist
 
 from harness import ROOT, stats
 
@@ -237,6 +238,22 @@ def test_convergence_names_cells_and_their_baselines():
     assert noisy.half_width > 0.05 and noisy.rounds_estimate > 6
     assert not conv.done
     assert stats.convergence(matrix(TRUTH, 6, noise=0.005), "baseline").done
+    # Three quiet rounds are narrow enough but too few to stop on.
+    early = stats.convergence(matrix(TRUTH, 3, noise=0.001), "baseline")
+    assert not early.done and all(c.half_width < 0.05 and c.rounds_estimate == 5 for c in early.cells)
+    assert stats.convergence(matrix(TRUTH, 3, noise=0.001), "baseline", min_rounds=3).done
+
+
+def test_rounds_needed():
+    assert stats.rounds_needed([1.5]) is None
+    assert stats.rounds_needed([1.5, 1.5, 1.5]) == 3
+    # The smallest m whose t-interval with the spread seen so far is within 5%.
+    xs = list(np.exp(np.array([-0.1, 0.1, -0.1, 0.1, 0.0]) + 0.3))
+    sd = np.std(np.log(xs), ddof=1)
+    m = stats.rounds_needed(xs)
+    assert 5 < m < 1000
+    assert t_dist.ppf(0.975, m - 1) * sd / math.sqrt(m) <= math.log(1.05) < \
+        t_dist.ppf(0.975, m - 2) * sd / math.sqrt(m - 1)
 
 
 # -- reproduction -------------------------------------------------------------------------------------------
