@@ -59,7 +59,7 @@ def main() -> None:
     if args.run_noise is not None:
         print(f"(measured run noise {run_noise:.1%} replaced by {args.run_noise:.1%})")
         run_noise = args.run_noise
-    medians = {k: statistics.median(stats.per_round(v).values()) for k, v in stats._cells(records).items()}
+    medians = {k: statistics.median(stats.per_round(v).values()) for k, v in stats.group_cells(records).items()}
     wall = statistics.fmean(r["wall_s"] for r in records)
     print(f"{Path(args.run_dir).name}: {len(records)} records, {len(medians)} cells; run noise {run_noise:.1%} "
           f"(log sd after the round effect), round noise {round_noise:.1%}; {wall:.2f} s per measurement")

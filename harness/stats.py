@@ -80,7 +80,8 @@ def usable(records: Iterable[dict[str, Any]], exclude_disturbed: bool = True) ->
     return sorted(out, key=lambda r: r.get("order", 0))
 
 
-def _cells(records: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+def group_cells(records: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Records by cell, (host, strategy, task), in the order given."""
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by[(r.get("host", "local"), r["strategy"], r["task"])].append(r)
@@ -222,7 +223,7 @@ class Speedup:
 def paired_ratios(records: list[dict[str, Any]], host: str, strategy: str, task: str,
                   baseline: str) -> dict[int, float]:
     """Per round: the strategy's tok/s over the baseline's on the same task, same host, same round."""
-    cells = _cells(usable(records))
+    cells = group_cells(usable(records))
     s = per_round(cells.get((host, strategy, task), []))
     b = per_round(cells.get((host, baseline, task), []))
     return {r: s[r] / b[r] for r in sorted(s.keys() & b.keys())}
@@ -297,7 +298,7 @@ def normalise(records: list[dict[str, Any]]) -> dict[Key, list[Point]]:
     tok/s in that round divided by its own median over rounds (leave-one-out, so a cell's own climb is not
     absorbed into the factor); the normalised tok/s is tok/s / factor. A round with no other cells has factor 1.
     Disturbed records are left out (see `usable`)."""
-    cells = _cells(usable(records))
+    cells = group_cells(usable(records))
     rel: dict[tuple[str, int], dict[Key, float]] = defaultdict(dict)
     for key, recs in cells.items():
         rounds = per_round(recs)
@@ -644,8 +645,8 @@ def analyze(records: list[dict[str, Any]], baseline: str | None, protocol: str |
     seen: dict[tuple[str, str, str], None] = {}
     for r in sorted(records, key=lambda r: r.get("order", 0)):
         seen.setdefault((r.get("host", "local"), r["strategy"], r["task"]), None)
-    by_cell = _cells(usable(records))
-    everything = _cells(list(records))
+    by_cell = group_cells(usable(records))
+    everything = group_cells(list(records))
     series = normalise(records)
     cells = []
     for host, s, t in seen:
@@ -725,7 +726,7 @@ def convergence(records: list[dict[str, Any]], baseline: str | None, target: flo
     seen: dict[tuple[str, str, str], None] = {}
     for r in sorted(records, key=lambda r: r.get("order", 0)):
         seen.setdefault((r.get("host", "local"), r["strategy"], r["task"]), None)
-    by_cell = _cells(usable(records))
+    by_cell = group_cells(usable(records))
     out = []
     for host, s, t in seen:
         if baseline is not None and s == baseline:
