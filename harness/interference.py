@@ -171,6 +171,12 @@ def _container_usage(engine: Engine, container, caps: _HostCapabilities) -> tupl
             caps.cgroup_file.clear()
         caps.cgroup_file[cid] = None
         pid = (container.attrs.get("State") or {}).get("Pid")
+        if not pid:  # attrs taken before the start (containers.run) have no pid yet
+            try:
+                container.reload()
+                pid = (container.attrs.get("State") or {}).get("Pid")
+            except Exception:  # noqa: BLE001 - then the exec read below answers, or nothing does
+                pid = None
         proc = engine.read_host_file(f"/proc/{pid}/cgroup") if pid else None
         for path in cgroup_files(proc or "", cid):
             text = engine.read_host_file(path)

@@ -91,8 +91,7 @@ def sleeper(docker_client, demo_image):
     c = docker_client.containers.run(demo_image["tag"], ["sh", "-c", "sleep 120"], detach=True,
                                      network_mode="host", labels={"specbench.role": "interference-test"})
     try:
-        c.reload()
-        yield c
+        yield c  # attrs as containers.run returns them: taken before the start, without a pid
     finally:
         c.remove(force=True)
 
