@@ -57,6 +57,8 @@ OUTLIER_Z = 3.5
 FIRST_RUN_MIN = 0.05
 #: Accepted/drafted rising by this much (absolute) after the first run is the signature of a carried cache.
 ACCEPT_CLIMB = 0.10
+#: Above this share of disturbed measurements on a host, they are kept (and said so) rather than left out.
+MAX_DISTURBED_SHARE = 0.5
 
 
 # -- records ------------------------------------------------------------------------------------------------
@@ -66,15 +68,35 @@ def tok_s(record: dict[str, Any]) -> float | None:
     return (record.get("client") or {}).get("decode_tok_s")
 
 
+def _disturbed(r: dict[str, Any]) -> bool:
+    return bool((r.get("interference") or {}).get("disturbed"))
+
+
+def busy_hosts(records: Iterable[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Hosts where more than MAX_DISTURBED_SHARE of the ok records were disturbed: (disturbed, ok) per host.
+    There the disturbed records are kept (leaving them out would leave nothing): the figures describe a busy
+    machine and say so."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        if r.get("status", "ok") == "ok":
+            c = counts[r.get("host", "local")]
+            c[0] += _disturbed(r)
+            c[1] += 1
+    return {h: (d, n) for h, (d, n) in counts.items() if n and d / n > MAX_DISTURBED_SHARE}
+
+
 def usable(records: Iterable[dict[str, Any]], exclude_disturbed: bool = True) -> list[dict[str, Any]]:
-    """Records that count: status ok, a positive decode rate, and (by default) not disturbed by other work
-    (harness/interference.py marks a record's `interference.disturbed`); sorted by execution order."""
+    """Records that count, sorted by execution order: status ok, a positive decode rate, and (by default) not
+    disturbed by other work (harness/interference.py marks a record's `interference.disturbed`), except on a
+    host disturbed for most of the run (`busy_hosts`). Pass the whole run's records: the rule is per host."""
+    records = list(records)
+    keep_busy = busy_hosts(records) if exclude_disturbed else {}
     out = []
     for r in records:
         v = tok_s(r)
         if r.get("status", "ok") != "ok" or v is None or v <= 0:
             continue
-        if exclude_disturbed and (r.get("interference") or {}).get("disturbed"):
+        if exclude_disturbed and _disturbed(r) and r.get("host", "local") not in keep_busy:
             continue
         out.append(r)
     return sorted(out, key=lambda r: r.get("order", 0))
@@ -553,12 +575,15 @@ def stability(records: list[dict[str, Any]], host: str, strategy: str, task: str
     out: list[StabilityWarning] = []
     key = (host, strategy, task)
     cell_all = [r for r in records if (r.get("host", "local"), r["strategy"], r["task"]) == key]
-    disturbed = [r for r in usable(cell_all, exclude_disturbed=False) if (r.get("interference") or {}).get("disturbed")]
+    disturbed = [r for r in usable(cell_all, exclude_disturbed=False) if _disturbed(r)]
     if disturbed:
-        out.append(warn("disturbed", {"runs": [r.get("run_index") for r in disturbed],
-                                      "others_cores": [(r["interference"] or {}).get("others_cores")
-                                                       for r in disturbed]},
-                        f"{len(disturbed)} run(s) disturbed by other work on the host, left out of the figures"))
+        busy = busy_hosts(records).get(host)
+        evidence = {"runs": [r.get("run_index") for r in disturbed], "kept": busy is not None,
+                    "others_cores": [(r["interference"] or {}).get("others_cores") for r in disturbed]}
+        what = (f"kept: {busy[0]} of {busy[1]} measurements on this host were disturbed, so these figures describe "
+                "a busy machine" if busy else "left out of the figures")
+        out.append(warn("disturbed", evidence, f"{len(disturbed)} run(s) disturbed by other work on the host, "
+                        f"{what}"))
     points = series.get(key, [])
     n = len(points)
     raw = [p.tok_s for p in points]

@@ -205,6 +205,19 @@ def test_disturbed_runs_are_left_out_and_named():
     assert sorted(c.speedup.rounds) == [1, 3, 4]
     assert c.speedup.estimate == pytest.approx(1.5, rel=0.03)
     assert [w.evidence["runs"] for w in c.warnings if w.kind == "disturbed"] == [[2]]
+    assert "left out" in next(w.sentence for w in c.warnings if w.kind == "disturbed")
+
+
+def test_a_host_busy_throughout_keeps_its_runs_and_says_so():
+    recs = matrix(TRUTH, 4, noise=0.01)
+    for r in recs[: len(recs) * 3 // 4]:
+        r["interference"] = {"disturbed": True, "others_cores": 1.9}
+    assert stats.busy_hosts(recs) == {"local": (18, 24)}
+    rs = stats.analyze(recs, "baseline")
+    c = rs.cell("local", "spec", "a")
+    assert c.speedup.interval.n == 4  # nothing left out: leaving out 75% would leave a busy machine unmeasured
+    w = next(w for w in c.warnings if w.kind == "disturbed")
+    assert w.evidence["kept"] and "describe a busy machine" in w.sentence
 
 
 def test_geomean_over_tasks():
