@@ -34,6 +34,26 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
+def _int(flag: str, value) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise KitError(f"{flag}: expected a whole number, got {value!r}") from None
+
+
+def _fraction(flag: str, value) -> float | None:
+    """'5%' or '0.05' -> 0.05."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
+
+
 HOST_HELP = {
     "host": "run on this host over SSH: user@host[:port] or an ssh config alias; repeat for several hosts in "
             "parallel; 'local' is this machine (default: invoke.yaml's specbench.hosts, else local)",
@@ -174,12 +194,17 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "no_progress": "plain log lines instead of a progress bar",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "results": "results folder (default: invoke.yaml's specbench.results)",
+    "until": "after the planned runs, add rounds of the cells whose speedup interval is wider than this (e.g. 5%) "
+             "until all converge or --max-rounds is reached",
+    "max_rounds": "round cap for --until (default 20); cells still wider are named",
+    "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
+                  "how much drift survives the pairing by rounds)",
     **HOST_HELP,
 })
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
-        remote_models=None):
+        remote_models=None, until=None, max_rounds=None, aa_control=False):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
     from harness import runner
 
@@ -189,7 +214,8 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
-            engines=engines)
+            engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
+            aa_control=aa_control)
     print(out)
 
 
@@ -209,7 +235,8 @@ def report(c, run_dir=None, out=None, no_plot=False):
         print(f"wrote {p}")
 
 
-@task(auto_shortflags=False, iterable=["host"], help={"run_id": "only containers of this run (default: every container the kit labelled)",
+@task(auto_shortflags=False, iterable=["host"], help={
+    "run_id": "only containers of this run (default: every container the kit labelled)",
                                **HOST_HELP})
 @kit_errors
 def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):

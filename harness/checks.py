@@ -1,6 +1,6 @@
 """The checks that keep numbers honest. Each is a plain function returning a verdict and a sentence.
+(Contamination is judged from evidence across a whole run: harness/stats.py.)
 
-- contamination: throughput (or acceptance) climbing run over run within a cell; the naive protocol.
 - physics: the memory-bandwidth roofline of target passes per second.
 - determinism: byte match against the no-speculation baseline at temperature 0, and where it diverges.
 """
@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
-
-CLIMB_RATIO = 1.2  # last/first throughput above this, with every step up, is a climb
-ACCEPT_CLIMB = 0.10  # acceptance rate rising by this much (absolute), every step up, is a climb
 
 
 @dataclass(frozen=True)
@@ -23,46 +20,6 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _monotone_up(xs: list[float]) -> bool:
-    return all(b >= a for a, b in zip(xs, xs[1:], strict=False)) and xs[-1] > xs[0]
-
-
-def contamination(series: list[float], acceptance: list[float] | None = None, protocol: str = "fresh-container",
-                  ratio: float = CLIMB_RATIO, drafts: list[int] | None = None) -> Verdict:
-    """Throughput in execution order within one cell: a monotone climb above `ratio` suggests warm caches.
-
-    Acceptance rates (accepted/drafted) climbing by ACCEPT_CLIMB are flagged too: on a compute-bound machine
-    the draft counts climb even when the throughput does not. A throughput climb in fresh servers whose draft
-    counts stayed identical is machine drift, not a carried-over cache, and is called so."""
-    data: dict[str, Any] = {"series": series, "acceptance": acceptance or [], "protocol": protocol,
-                            "drafts": drafts or []}
-    reasons = []
-    # Two noisy points always "climb" or "fall": a throughput climb needs three runs; draft counts are
-    # deterministic in a fresh server, so two runs are enough for acceptance.
-    climbed = len(series) >= 3 and series[0] > 0 and _monotone_up(series) and series[-1] / series[0] > ratio
-    acc = [a for a in (acceptance or []) if a is not None]
-    acc_climbed = len(acc) >= 2 and _monotone_up(acc) and acc[-1] - acc[0] >= ACCEPT_CLIMB
-    naive = protocol == "reuse-server"
-    steady_drafts = bool(drafts) and len(set(drafts)) == 1 and drafts[0] > 0
-    if climbed and steady_drafts and not acc_climbed and not naive:
-        return Verdict("contamination", True, f"throughput drifted up {series[-1] / series[0]:.2f}x from the first "
-                       "run to the last with identical draft counts in fresh servers: machine drift, not a "
-                       "carried-over cache", {**data, "kind": "drift"})
-    if climbed:
-        reasons.append(f"throughput climbed {series[-1] / series[0]:.2f}x from the first run to the last")
-    if acc_climbed:
-        reasons.append(f"acceptance climbed from {acc[0]:.0%} to {acc[-1]:.0%}")
-    if reasons:
-        sentence = "warm-cache contamination suspected: " + "; ".join(reasons)
-        if naive:
-            sentence += " (naive protocol: one server for every run)"
-        return Verdict("contamination", True, sentence, {**data, "kind": "warm-cache"})
-    if naive:
-        return Verdict("contamination", True, "naive protocol: one server for every run, caches carried over",
-                       {**data, "kind": "naive"})
-    return Verdict("contamination", False, "no run-over-run climb", {**data, "kind": None})
 
 
 def roofline_passes_per_s(bandwidth_gbs: float, weight_bytes: int) -> float:

@@ -13,6 +13,8 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,17 +252,22 @@ def figures(res: StreamResult) -> dict[str, Any]:
 
 
 def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str, with_probs: bool,
-                parallel: int = 1) -> dict[str, Any]:
+                parallel: int = 1, window: Callable[[], AbstractContextManager[dict[str, Any]]] | None = None,
+                ) -> dict[str, Any]:
     """The timed request (and for the baseline, the untimed probability request) against a ready server.
-    With parallel > 1, that many identical requests run at once and the aggregate is recorded too."""
+    With parallel > 1, that many identical requests run at once and the aggregate is recorded too. `window`
+    wraps the timed request alone (the interference measurement); what it yields goes into `interference`."""
     rendered = render_prompt(endpoint, manifest, prompt)
     concurrency = None
-    if parallel > 1:
-        res, concurrency = concurrent(manifest, task, endpoint, rendered, parallel)
-    else:
-        res = stream_completion(endpoint, request_body(manifest, task, rendered, stream=True),
-                                manifest.request_timeout_s)
+    with window() if window is not None else nullcontext({}) as observed:
+        if parallel > 1:
+            res, concurrency = concurrent(manifest, task, endpoint, rendered, parallel)
+        else:
+            res = stream_completion(endpoint, request_body(manifest, task, rendered, stream=True),
+                                    manifest.request_timeout_s)
     out = figures(res)
+    if observed:
+        out["interference"] = observed
     if concurrency is not None:
         out["concurrency"] = concurrency
     if with_probs:

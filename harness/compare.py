@@ -1,6 +1,7 @@
-"""`invoke compare A B`: two runs side by side, per host and cell, with a verdict that respects the runs' own
-spread. "same" when the two ranges of runs overlap, else "faster" or "slower"; "not comparable" when the two
-runs measured different things (model files, llama.cpp source, backend, flags), each difference named."""
+"""`invoke compare A B`: two runs judged on what transfers between machines — per host and cell, the paired
+speedups with their intervals (reproduces / differs / inconclusive, harness/stats.py), the deterministic
+fingerprint, and the absolute tok/s ratio, shown but never judged. "not comparable" when the two runs measured
+different things (model files, llama.cpp source, backend, flags), each difference named by field."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness import formatter as fm
+from harness import stats
 from harness.results import RunDir
 from harness.runmeta import RunMeta
-from harness.summary import summarize
 
 
 @dataclass(frozen=True)
@@ -56,84 +58,84 @@ def differences(meta_a: RunMeta, meta_b: RunMeta) -> list[tuple[str, Any, Any, b
     return out
 
 
-def verdict(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """'same' when the ranges of runs overlap or the medians differ by less than the larger spread."""
-    if a["median"] is None or b["median"] is None:
-        return "missing"
-    if a["max"] >= b["min"] and b["max"] >= a["min"]:
-        return "same"
-    spread = max(a["spread_pct"] or 0.0, b["spread_pct"] or 0.0) / 100
-    if abs(b["median"] / a["median"] - 1) <= spread:
-        return "same"
-    return "faster" if b["median"] > a["median"] else "slower"
-
-
 def host_pairs(hosts_a: list[str], hosts_b: list[str]) -> list[tuple[str, str]]:
     """Hosts of A matched with hosts of B: by label where they share labels, else in order."""
     common = [h for h in hosts_a if h in hosts_b]
     return [(h, h) for h in common] if common else list(zip(hosts_a, hosts_b, strict=False))
 
 
-def _row(ca: dict[str, Any], cb: dict[str, Any] | None, blocking: list[str]) -> dict[str, Any]:
-    row = {"host_a": ca["host"], "host_b": cb["host"] if cb else None, "strategy": ca["strategy"], "task": ca["task"],
-           "a": ca["decode_tok_s"]["median"]}
-    if cb is None:
-        return {**row, "b": None, "ratio": None, "verdict": "missing in B"}
-    a, b = ca["decode_tok_s"], cb["decode_tok_s"]
-    ratio = b["median"] / a["median"] if a["median"] and b["median"] else None
-    v = "not comparable: different " + " / ".join(blocking) if blocking else verdict(a, b)
-    # Draft counts are deterministic in a fresh server: equal counts are a strong sign of the same setup.
-    same_drafts = (ca["draft_n"], ca["draft_n_accepted"]) == (cb["draft_n"], cb["draft_n_accepted"])
-    drafts = "same" if same_drafts else \
-        f"{ca['draft_n_accepted']}/{ca['draft_n']} vs {cb['draft_n_accepted']}/{cb['draft_n']}"
-    return {**row, "b": b["median"], "a_spread_pct": a["spread_pct"], "b_spread_pct": b["spread_pct"],
-            "ratio": None if ratio is None else round(ratio, 4), "verdict": v, "drafts": drafts}
+def _relabel(records: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """B's records under A's host labels, so cells match host by host."""
+    to_a = {hb: ha for ha, hb in pairs}
+    return [dict(r, host=to_a[r["host"]]) for r in records if r["host"] in to_a]
+
+
+def _stats(meta: RunMeta, records: list[dict[str, Any]]) -> stats.RunStats:
+    return stats.analyze(records, {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
 
 
 def compare(dir_a, dir_b) -> dict[str, Any]:
+    """Judge B against A per cell on what transfers between machines: the paired speedups with their intervals
+    (reproduces / differs / inconclusive), the deterministic fingerprint (draft counts and output hashes), and
+    the absolute tok/s ratio, labelled hardware- and state-dependent and never judged."""
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
     ma, mb = ra.read_meta(), rb.read_meta()
-    sa, sb = summarize(ra), summarize(rb)
     diffs = differences(ma, mb)
     blocking = [d[0] for d in diffs if d[3]]
-    cells_b = {(c["host"], c["strategy"], c["task"]): c for c in sb["cells"]}
+    pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
+    rep = stats.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)))
     rows = []
-    for ha, hb in host_pairs(sa["hosts"], sb["hosts"]):
-        for c in sa["cells"]:
-            if c["host"] == ha:
-                rows.append(_row(c, cells_b.get((hb, c["strategy"], c["task"])), blocking))
+    for c in rep.cells:
+        row = c.as_dict()
+        row["host_b"] = dict(pairs).get(c.host)
+        if blocking and c.verdict not in ("missing", "n/a"):
+            row["verdict"] = "not comparable"
+            row["rule"] = "different " + " / ".join(blocking)
+        rows.append(row)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    return {"a": {"run_id": sa["run_id"], "path": str(dir_a), "hosts": sa["hosts"]},
-            "b": {"run_id": sb["run_id"], "path": str(dir_b), "hosts": sb["hosts"]},
+    overall = ("not comparable: the runs measured different things (" + ", ".join(blocking) + ")") if blocking \
+        else rep.sentence
+    return {"a": {"run_id": ma.run_id, "path": str(dir_a), "hosts": ma.plan.hosts},
+            "b": {"run_id": mb.run_id, "path": str(dir_b), "hosts": mb.plan.hosts},
             "differences": [{"field": f, "a": x, "b": y, "blocking": blk} for f, x, y, blk in diffs],
-            "comparable": not blocking, "rows": rows, "counts": counts}
+            "comparable": not blocking, "rows": rows, "counts": counts, "verdict": overall,
+            "band": rep.band}
+
+
+def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
+    if x is None:
+        return "-"
+    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
+    return f"{fm.ratio(x)}{span}"
 
 
 def table(result: dict[str, Any], fmt: str = "simple") -> str:
     several = len(result["a"]["hosts"]) > 1 or len(result["b"]["hosts"]) > 1
-    rows = [([f"{r['host_a']} / {r['host_b'] or '-'}"] if several else [])
-            + [r["strategy"], r["task"], "-" if r["a"] is None else f"{r['a']:,.2f}",
-               "-" if r["b"] is None else f"{r['b']:,.2f}", "-" if r["ratio"] is None else f"{r['ratio']:.3f}",
-               r["verdict"], r.get("drafts", "-")] for r in result["rows"]]
+    rows = []
+    for r in result["rows"]:
+        rows.append(([f"{r['host']} / {r['host_b'] or '-'}"] if several else []) + [
+            r["strategy"], r["task"], _sp(r["speedup_a"], r["interval_a"]), _sp(r["speedup_b"], r["interval_b"]),
+            _sp(r["ratio"], r["ratio_interval"]), r["verdict"], r["fingerprint"],
+            "-" if r["tok_s_ratio"] is None else f"{r['tok_s_ratio']:.2f}"])
     headers = (["hosts (A / B)"] if several else []) + [
-        "strategy", "task", f"A tok/s ({result['a']['run_id']})", f"B tok/s ({result['b']['run_id']})", "B/A",
-        "verdict", "accepted/drafted"]
+        "strategy", "task", "speedup A", "speedup B", "B/A", "verdict", "fingerprint", "tok/s B/A*"]
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
 def text(result: dict[str, Any], fmt: str = "simple") -> str:
-    lines = []
+    lines = [f"A: {result['a']['run_id']}   B: {result['b']['run_id']}"]
     if result["differences"]:
         lines.append("environments differ:")
         for d in result["differences"]:
-            lines.append(f"  {d['field']}: A {d['a']!s:.70} | B {d['b']!s:.70}")
+            lines.append(f"  {d['field']}: A {d['a']!s:.70} | B {d['b']!s:.70}"
+                         + ("" if d["blocking"] else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
-    lines.append("")
-    lines.append(table(result, fmt))
-    lines.append("")
-    lines.append("verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(result["counts"].items()))
-                 + " (same = the two runs' ranges overlap)")
+    lines += ["", table(result, fmt), "",
+              f"rule: reproduces when the 95% interval of speedup B / speedup A lies within ±{result['band']:.0%}; "
+              "differs when the two speedup intervals do not overlap; else inconclusive. fingerprint = draft counts "
+              "and output hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine "
+              "state: shown, never judged.", "", f"verdict: {result['verdict']}"]
     return "\n".join(lines)

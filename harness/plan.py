@@ -56,12 +56,13 @@ class Plan:
     def cells(self) -> list[Cell]:
         return [Cell(s, t, p) for s in self.strategies for t in self.tasks for p in t.prompts]
 
-    def add_rounds(self, first: int, last: int) -> list[Planned]:
-        """Append rounds first..last (each host runs every cell once per round, shuffled); return what was added."""
+    def add_rounds(self, first: int, last: int, only: set[tuple[str, str, str]] | None = None) -> list[Planned]:
+        """Append rounds first..last (each host runs every cell once per round, shuffled; with `only`, just the
+        cells whose (host, strategy, task) is in it); return what was added."""
         added: list[Planned] = []
         for host in self.hosts:
             for r in range(first, last + 1):
-                cells = self.cells
+                cells = [c for c in self.cells if only is None or (host, c.strategy.id, c.task.id) in only]
                 random.Random(f"{self.shuffle_seed}:{host}:{r}").shuffle(cells)
                 added += [Planned(c, r, r, host) for c in cells]
         self.items += added
@@ -94,10 +95,25 @@ def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | 
     return strats, pick("tasks", tasks, manifest.tasks)
 
 
+def aa_twin(baseline: Strategy) -> Strategy:
+    """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
+    the report shows how much drift survives the pairing by rounds."""
+    return Strategy(f"{baseline.id}-aa", "none", None, baseline.args, f"A/A control of {baseline.id}",
+                    baseline.parallel, baseline.model, baseline.id)
+
+
 def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | None = None,
-              tasks: list[str] | None = None, runs: int | None = None, shuffle_seed: int | None = None) -> Plan:
-    """The plan for a manifest (or a subset of it) on the named hosts."""
+              tasks: list[str] | None = None, runs: int | None = None, shuffle_seed: int | None = None,
+              aa_control: bool = False) -> Plan:
+    """The plan for a manifest (or a subset of it) on the named hosts; with aa_control, each baseline twice."""
     strats, tks = select(manifest, strategies, tasks)
+    if aa_control:
+        ids = {s.id for s in manifest.strategies}
+        for b in [s for s in strats if not s.speculative and s.baseline is None]:
+            twin = aa_twin(b)
+            if twin.id in ids:
+                raise KitError(f"--aa-control: the manifest already has a strategy {twin.id!r}")
+            strats.insert(strats.index(b) + 1, twin)
     runs = runs or manifest.runs
     if runs < 1:
         raise KitError(f"--runs: expected at least 1, got {runs}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import environment
+from harness import environment, interference
 from harness.client import MeasurementFailed, run_request
 from harness.engine import Engine
 from harness.files import now_iso
@@ -51,13 +51,14 @@ def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
     rec["failure"] = {"phase": e.phase, "reason": e.reason, "log_tail": e.log_tail[-4000:]}
 
 
-def request_into(rec: dict[str, Any], ctx: Context, server: Server, item: Planned) -> None:
-    """The timed request against a ready server, its figures into the record; a failure says whether the server
-    died, with its log tail."""
+def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
+    """The timed request against a ready server, its figures into the record (with the interference other work
+    caused during it); a failure says whether the server died, with its log tail."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
     try:
         rec.update(run_request(ctx.manifest, t, server.endpoint, p.text(), with_probs=not s.speculative
-                               and s.parallel == 1, parallel=s.parallel))
+                               and s.parallel == 1, parallel=s.parallel,
+                               window=lambda: interference.around(engine, server.container)))
     except MeasurementFailed as e:
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
@@ -97,7 +98,7 @@ class FreshContainer:
             with server:
                 rec["container_id"] = server.container.id
                 t_ready = time.monotonic()
-                request_into(rec, ctx, server, item)
+                request_into(rec, ctx, engine, server, item)
                 t_done = time.monotonic()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
@@ -146,7 +147,7 @@ class ReuseServer:
                     rec.update(quiet=quiet(ctx, engine), container_id=server.container.id,
                                server_command=server.spec.command)
                     try:
-                        request_into(rec, ctx, server, item)
+                        request_into(rec, ctx, engine, server, item)
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
                     except MeasurementFailed as e:

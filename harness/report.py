@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +62,14 @@ class View:
         return self.grid.get((host, strategy, task))
 
 
+VERDICT_MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few runs": "?"}
+
+
 def _flags(c: dict[str, Any]) -> list[str]:
     out = []
     con = c["checks"].get("contamination")
     if con and con["flagged"]:
-        out.append({"naive": "⚠ naive", "drift": "⚠ drift"}.get(con["data"].get("kind"), "⚠ warm-cache"))
+        out.append(f"⚠ {con['data'].get('kind', 'flagged')}")
     phy = c["checks"].get("physics")
     if phy and phy["flagged"]:
         out.append("⚠ impossible")
@@ -125,21 +127,38 @@ def _throughput(v: View) -> tuple[str, list[str]]:
                 continue
             d = c["decode_tok_s"]
             txt = f"{d['median']:,.2f} ±{d['spread_pct']:.0f}%"
-            if c["speedup"] is not None:
-                txt += f" ({c['speedup']:.2f}x)"
             flags = _flags(c)
             if flags:
                 txt += " " + " ".join(flags)
                 notes += _notes(v, c)
             row.append(txt)
         rows.append(row)
-    mean_row = ["**geomean speedup**"]
-    for h, s in cols:
-        sp = [c["speedup"] for t in v.s["tasks"] if (c := v.cell(h, s, t)) and c["speedup"]]
-        base = v.kinds[s]["baseline"] is None
-        mean_row.append("baseline" if base else fm.ratio(statistics.geometric_mean(sp)) if sp else "-")
-    rows.append(mean_row)
     return _table(rows, ["task"] + [v.label(h, s) for h, s in cols]), notes
+
+
+def _speedup_text(estimate: float | None, iv: dict[str, Any] | None, verdict: dict[str, Any] | None) -> str:
+    if estimate is None:
+        return "-"
+    mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
+    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
+    return f"{fm.ratio(estimate)}{span} {mark}".rstrip()
+
+
+def _speedups(v: View) -> str:
+    """Strategies x tasks: paired speedup, its 95% interval and the verdict's mark; the geomean last."""
+    geo = {(g["host"], g["strategy"]): g for g in v.s.get("geomeans", [])}
+    rows = []
+    for h, s in v.columns(speculative_only=True):
+        row = [v.label(h, s), fm.md(v.kinds[s]["baseline"])]
+        for t in v.s["tasks"]:
+            c = v.cell(h, s, t)
+            row.append(_speedup_text(c["speedup"], c.get("speedup_interval"), c.get("verdict")) if c else "-")
+        g = geo.get((h, s))
+        row.append(f"**{_speedup_text(g['estimate'], g['interval'], g['verdict'])}**" if g else "-")
+        rows.append(row)
+    if not rows:
+        return "(no strategy with a baseline)"
+    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] + ["geomean"])
 
 
 def _notes(v: View, c: dict[str, Any]) -> list[str]:
@@ -148,6 +167,42 @@ def _notes(v: View, c: dict[str, Any]) -> list[str]:
            if (x := c["checks"].get(k)) and x["flagged"]]
     out += [f"- {who} run {f['run_index']} failed: {fm.md(f['reason'])}" for f in c["failures"]]
     return out
+
+
+def _warnings(v: View) -> list[str]:
+    """Stability warnings, hyperfine-style: the everywhere-kinds counted once, the specific ones listed."""
+    by_kind: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for c in v.s["cells"]:
+        for w in c.get("warnings", []):
+            by_kind.setdefault(w["kind"], []).append((c, w))
+    lines = []
+    total = sum(1 for c in v.s["cells"] if c["runs_ok"])
+    for kind in ("few-runs", "dispersion"):
+        items = by_kind.pop(kind, [])
+        if items:
+            cells = sorted({f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}" for c, _ in items})
+            what = {"few-runs": "too few runs for a bootstrap interval (the intervals are Student-t on the logs, "
+                                "wide)", "dispersion": "tok/s varies more than 10% across runs"}[kind]
+            who = "every cell" if len(cells) >= total else ", ".join(cells[:12]) + (" ..." if len(cells) > 12 else "")
+            lines.append(f"- **{kind}** ({len(cells)} of {total} cells): {what}: {who}")
+    for kind, items in sorted(by_kind.items()):
+        for c, w in items[:20]:
+            lines.append(f"- **{kind}** {v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}: "
+                         f"{fm.md(w['sentence'])}")
+    return lines
+
+
+def _interference(v: View) -> str:
+    rows = []
+    for h, x in (v.s.get("interference") or {}).items():
+        rows.append([fm.md(h), x["measured"], x["disturbed"], fm.num(x["others_cores_median"]),
+                     fm.num(x["others_cores_max"]),
+                     "kept: most measurements were disturbed, the figures describe a busy machine" if x["kept"]
+                     else ("left out of the figures" if x["disturbed"] else "-")])
+    if not rows:
+        return "(not measured in this run)"
+    return _table(rows, ["host", "measured", "disturbed", "others' cores (median)", "others' cores (max)",
+                         "disturbed measurements"])
 
 
 def _acceptance(v: View) -> str:
@@ -232,13 +287,32 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
                   "carried over from one request to the next. Its figures show the artefact the default "
                   "protocol protects against; do not quote them as speedups.", ""]
     table, notes = _throughput(v)
-    parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs; speedup vs baseline)", "",
-              table, ""]
-    if notes:
-        parts += ["Flags:", ""] + notes + [""]
+    parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
+              _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 1000)}", ""]
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
-        parts += [f"![speedup per task and strategy]({Path(rel).as_posix()})", ""]
+        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()})", ""]
+    parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", "", table, ""]
+    if notes:
+        parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
+    warnings = _warnings(v)
+    if warnings:
+        parts += ["### Stability warnings", ""] + warnings + [""]
+    conv = summary.get("convergence")
+    if conv:
+        parts += [f"### Adaptive rounds (--until ±{conv['target']:.0%}, at most {conv['max_rounds']} rounds)", ""]
+        if conv["not_converged"]:
+            parts += [f"{len(conv['not_converged'])} cell(s) did not reach ±{conv['target']:.0%} in "
+                      f"{conv['rounds']} rounds:", ""]
+            parts += [f"- {v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}: {c['rounds']} rounds, "
+                      f"±{fm.pct(c['half_width'])}" + (f", about {c['rounds_estimate']} rounds needed"
+                                                       if c["rounds_estimate"] else "")
+                      for c in conv["not_converged"]]
+        else:
+            parts.append(f"every speedup interval is within ±{conv['target']:.0%} after {conv['rounds']} rounds")
+        parts.append("")
+    parts += ["### Interference: other work on the host during each timed request", "", _interference(v), "",
+              f"> {fm.md(summary['rules']['interference'], 1000)}", ""]
     parts += ["### Acceptance and tokens per target pass", "", f"> {CAVEAT}", "", _acceptance(v), ""]
     parts += ["### Physics: the memory-bandwidth roofline", "",
               "Ceiling = bandwidth / target weight bytes (target passes per second). Speculative cells are listed "
@@ -259,6 +333,11 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     return "\n".join(parts)
 
 
+def _plain(text: str) -> str:
+    # matplotlib reads $...$ as mathematics: a name from a run folder must not.
+    return text.replace("$", "\\$")
+
+
 def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
     """A grouped bar chart of speedup per task per strategy (PNG), or None without a speculative strategy."""
     v = View(summary)
@@ -274,14 +353,19 @@ def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks) + 2), 3.6), dpi=100)
     width = 0.8 / max(1, len(cols))
     for i, (h, s) in enumerate(cols):
-        ys = [(v.cell(h, s, t) or {}).get("speedup") or 0.0 for t in tasks]
+        cells = [v.cell(h, s, t) or {} for t in tasks]
+        ys = [c.get("speedup") or 0.0 for c in cells]
+        ivs = [c.get("speedup_interval") or {} for c in cells]
+        lo = [max(0.0, y - (iv.get("low") or y)) for y, iv in zip(ys, ivs, strict=True)]
+        hi = [max(0.0, (iv.get("high") or y) - y) for y, iv in zip(ys, ivs, strict=True)]
         xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
-        ax.bar(xs, ys, width, label=f"{h}: {s}" if v.several_hosts else s)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
+               label=f"{h}: {s}" if v.several_hosts else s)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
-    ax.set_ylabel("speedup vs baseline")
-    ax.set_title(f"{summary['manifest']['name']}: decode tok/s relative to the baseline")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("speedup vs baseline (95% interval)")
+    ax.set_title(_plain(f"{summary['manifest']['name']}: paired decode speedup per task"))
+    ax.legend(fontsize=7, ncol=max(1, len(cols) // 6))
     fig.tight_layout()
     fig.savefig(path, format="png", metadata={"Software": None})
     plt.close(fig)

@@ -55,6 +55,11 @@ class PlanMeta:
     shuffle_seed: int
     hosts: list[str]
     measurements: int
+    aa_control: bool = False
+    until: float | None = None  # target relative half-width of every speedup interval (invoke run --until)
+    max_rounds: int | None = None
+    #: Rounds added by --until beyond `runs`, each with the cells it runs ([host, strategy, task]), in order.
+    extra_rounds: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -118,7 +123,10 @@ class RunMeta:
                    for t in obj["tasks"]],
             models=obj["models"], build=obj["build"], environment=obj["environment"],
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
-                          measurements=obj["plan"].get("measurements", 0)),
+                          measurements=obj["plan"].get("measurements", 0),
+                          aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
+                          max_rounds=obj["plan"].get("max_rounds"),
+                          extra_rounds=obj["plan"].get("extra_rounds", [])),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
 
@@ -139,11 +147,12 @@ def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
 
 def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],
             model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
-            bandwidth: dict[str, Any] | None) -> RunMeta:
+            bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
+            aa_control: bool = False) -> RunMeta:
     """The run metadata of a new run, normalised from the manifest and the plan."""
     folder = manifest.folder
     strategies = []
-    for s in manifest.strategies:
+    for s in [*manifest.strategies, *(s for s in plan.strategies if s not in manifest.strategies)]:
         base = manifest.baseline_for(s)
         strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
                                        base.id if base is not None and base.id != s.id else None, tuple(s.args),
@@ -164,7 +173,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
         models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
         build=build, environment=environment,
         plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
-                      plan.hosts, len(plan.items)),
+                      plan.hosts, len(plan.items), aa_control, until, max_rounds),
         bandwidth=bandwidth)
 
 

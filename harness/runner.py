@@ -19,6 +19,9 @@ from harness.plan import Plan, make_plan
 from harness.protocol import PROTOCOLS, Context
 from harness.results import RunDir, new_run_id
 
+#: Round cap of `invoke run --until` when --max-rounds is not given.
+DEFAULT_MAX_ROUNDS = 20
+
 
 def _resume(results_dir: Path, resume: str, manifest_path: Path) -> tuple[RunDir, runmeta.RunMeta, mf.Manifest]:
     rd = RunDir.open(Path(resume) if Path(resume).is_dir() else Path(results_dir) / resume)
@@ -66,15 +69,23 @@ def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] |
 def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str | None = None,
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
-        engines: list[Engine] | None = None, log: Callable[[str], None] = print) -> str:
-    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are."""
+        engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
+        max_rounds: int | None = None, aa_control: bool = False) -> str:
+    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
+
+    With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup interval is still wider
+    are added after the planned ones, until every cell converges or `max_rounds` rounds have run."""
     engines = engines or [LocalEngine()]
     meta = None
+    if until is not None and not 0 < until < 1:
+        raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
     if resume:
         rd, meta, manifest = _resume(results_dir, resume, manifest_path)
         reuse_server = meta.protocol == "reuse-server"
         p = meta.plan
-        strategies, tasks, runs, seed = p.strategies, p.tasks, p.runs, p.shuffle_seed
+        own = {s.id for s in manifest.strategies}  # an A/A twin is re-made by aa_control
+        strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
+        until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         record = meta.build
     else:
         manifest = mf.load(manifest_path)
@@ -85,14 +96,18 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
     for e in engines:
         preflight(e, manifest, models_dir)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed)
+                     shuffle_seed=seed, aa_control=aa_control)
+    if until is not None:
+        max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
+        if max_rounds < plan.runs:
+            raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
     check_image(engines, record, log)
     protocol = PROTOCOLS["reuse-server" if reuse_server else "fresh-container"]()
     if meta is None:
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = runmeta.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
                                {e.name: environment.facts(e, record["tag"]) for e in engines},
-                               _bandwidth(manifest, engines))
+                               _bandwidth(manifest, engines), until, max_rounds, aa_control)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     return _execute(manifest, plan, engines, rd, protocol, record, model_paths, log, progress)
@@ -106,11 +121,45 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
+    executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress)
+    meta = rd.read_meta()
+    for extra in meta.plan.extra_rounds:  # rounds an interrupted --until run had already decided on
+        plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
-        counts = Executor(ctx, engines, protocol, rd, log=log, progress=progress).execute(plan.items)
+        counts = executor.execute(plan.items)
+        if meta.plan.until is not None:
+            _until(plan, executor, rd, counts, log)
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
             + f"; results in {rd.path}")
+
+
+def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
+    """Add rounds of the cells whose speedup interval is still wider than the target (and their baselines), one
+    round at a time, until every cell has converged or the round cap is reached; name the cells that did not."""
+    from harness import stats
+
+    meta = rd.read_meta()
+    target, cap = meta.plan.until, meta.plan.max_rounds or DEFAULT_MAX_ROUNDS
+    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+    while True:
+        conv = stats.convergence(rd.measurements(), baselines, target)
+        last = max((i.round for i in plan.items), default=0)
+        if conv.done:
+            log(f"until ±{target:.0%}: every cell converged after {last} rounds")
+            return
+        if last >= cap:
+            open_cells = ", ".join(f"{c.strategy}/{c.task}" + (f" ±{c.half_width:.0%}" if c.half_width is not None
+                                                                else "") for c in conv.cells if not c.converged)
+            log(f"until ±{target:.0%}: {len(conv.pending)} cell(s) did not converge in {cap} rounds: {open_cells}")
+            return
+        cells = [list(k) for k in conv.to_run]
+        meta.plan.extra_rounds.append({"round": last + 1, "cells": cells})
+        rd.update_meta(plan=meta.plan)
+        log(f"until ±{target:.0%}: round {last + 1} for {len(conv.pending)} cell(s) not converged yet")
+        more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
+        for k in ("ok", "failed"):
+            counts[k] += more[k]

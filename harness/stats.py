@@ -242,13 +242,25 @@ class Speedup:
         return d
 
 
+def _by_round_prompt(records: list[dict[str, Any]]) -> dict[tuple[int, str], float]:
+    by: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for r in records:
+        by[(int(r.get("round", r.get("run_index", 0))), r.get("prompt", r["task"]))].append(float(tok_s(r)))
+    return {k: statistics.median(v) for k, v in by.items()}
+
+
 def paired_ratios(records: list[dict[str, Any]], host: str, strategy: str, task: str,
                   baseline: str) -> dict[int, float]:
-    """Per round: the strategy's tok/s over the baseline's on the same task, same host, same round."""
+    """Per round: the strategy's tok/s over the baseline's on the same task (and prompt), same host, same round.
+    A task with several prompts pairs each prompt with itself; the round's ratio is the geometric mean over
+    its prompts."""
     cells = group_cells(usable(records))
-    s = per_round(cells.get((host, strategy, task), []))
-    b = per_round(cells.get((host, baseline, task), []))
-    return {r: s[r] / b[r] for r in sorted(s.keys() & b.keys())}
+    s = _by_round_prompt(cells.get((host, strategy, task), []))
+    b = _by_round_prompt(cells.get((host, baseline, task), []))
+    per: dict[int, list[float]] = defaultdict(list)
+    for key in sorted(s.keys() & b.keys()):
+        per[key[0]].append(math.log(s[key] / b[key]))
+    return {rd: math.exp(statistics.fmean(logs)) for rd, logs in sorted(per.items())}
 
 
 def speedup(records: list[dict[str, Any]], host: str, strategy: str, task: str, baseline: str,
@@ -664,29 +676,82 @@ class RunStats:
                 "geomeans": [g.as_dict() for g in self.geomeans]}
 
 
-def analyze(records: list[dict[str, Any]], baseline: str | None, protocol: str | None = None,
+Baselines = str | None | dict[str, str | None]
+
+
+def baseline_map(baseline: Baselines, strategies: Iterable[str]) -> dict[str, str | None]:
+    """Each strategy's baseline (None for a baseline itself): one id for every strategy, or a mapping."""
+    if isinstance(baseline, dict):
+        return {s: baseline.get(s) for s in strategies}
+    return {s: None if s == baseline or baseline is None else baseline for s in strategies}
+
+
+def prompt_units(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records of tasks with several prompts relabelled task -> 'task/prompt': identical requests (the same
+    prompt) are what must give identical draft counts and outputs, and what a trend is judged on."""
+    prompts: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for r in records:
+        prompts[(r.get("host", "local"), r["strategy"], r["task"])].add(r.get("prompt", r["task"]))
+    if all(len(v) <= 1 for v in prompts.values()):
+        return records
+    return [dict(r, task=f"{r['task']}/{r.get('prompt', r['task'])}")
+            if len(prompts[(r.get("host", "local"), r["strategy"], r["task"])]) > 1 else r for r in records]
+
+
+#: Contamination kinds, the strongest evidence first: the kind a cell shows is its worst prompt's.
+_KIND_ORDER = ("warm-cache", "naive", "unstable", "drift", "none")
+
+
+def _cell_checks(units: list[dict[str, Any]], series: dict[Key, list[Point]], host: str, s: str, task: str,
+                 unit_tasks: list[str], protocol: str | None) -> tuple[Contamination, list[StabilityWarning]]:
+    """Contamination and warnings of a cell from its prompts' units (the cell itself when it has one prompt)."""
+    verdicts = []
+    warnings: list[StabilityWarning] = []
+    for ut in unit_tasks:
+        c = contamination(units, host, s, ut, protocol, series)
+        w = stability(units, host, s, ut, series)
+        if ut != task:
+            prompt = ut[len(task) + 1:]
+            c = Contamination(c.kind, {**c.evidence, "prompt": prompt}, f"prompt {prompt}: {c.sentence}")
+            w = [StabilityWarning(x.kind, host, s, task, {**x.evidence, "prompt": prompt},
+                                  f"prompt {prompt}: {x.sentence}") for x in w]
+        verdicts.append(c)
+        warnings += w
+    worst = min(verdicts, key=lambda c: _KIND_ORDER.index(c.kind) if c.kind in _KIND_ORDER else 0)
+    return worst, warnings
+
+
+def analyze(records: list[dict[str, Any]], baseline: Baselines, protocol: str | None = None,
             band: float = EQUIVALENCE_BAND) -> RunStats:
-    """Statistics for every cell of a run (cells in first-seen order) and per host each strategy's geomean."""
+    """Statistics for every cell of a run (cells in first-seen order) and per host each strategy's geomean.
+    `baseline`: the baseline's id, or each strategy's baseline (`baseline_map`)."""
     seen: dict[tuple[str, str, str], None] = {}
     for r in sorted(records, key=lambda r: r.get("order", 0)):
         seen.setdefault((r.get("host", "local"), r["strategy"], r["task"]), None)
+    bases = baseline_map(baseline, dict.fromkeys(s for _, s, _ in seen))
     by_cell = group_cells(usable(records))
     everything = group_cells(list(records))
-    series = normalise(records)
+    units = prompt_units(list(records))
+    unit_tasks: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for r, u in zip(records, units, strict=True):
+        key = (r.get("host", "local"), r["strategy"], r["task"])
+        if u["task"] not in unit_tasks[key]:
+            unit_tasks[key].append(u["task"])
+    series = normalise(units)
     cells = []
     for host, s, t in seen:
         vals = list(per_round(by_cell.get((host, s, t), [])).values())
-        sp = None if s == baseline or baseline is None else speedup(records, host, s, t, baseline, band)
+        b = bases[s]
+        sp = speedup(records, host, s, t, b, band) if b is not None else None
+        con, warns = _cell_checks(units, series, host, s, t, unit_tasks[(host, s, t)], protocol)
         cells.append(CellStats(host, s, t, len(vals), statistics.median(vals) if vals else None,
-                               median_interval(vals), sp, contamination(records, host, s, t, protocol, series),
-                               stability(records, host, s, t, series), fingerprint(everything[(host, s, t)])))
+                               median_interval(vals), sp, con, warns, fingerprint(everything[(host, s, t)])))
     geomeans = []
-    if baseline is not None:
-        for host in dict.fromkeys(h for h, _, _ in seen):
-            tasks = list(dict.fromkeys(t for h, _, t in seen if h == host))
-            for s in dict.fromkeys(s for h, s, _ in seen if h == host and s != baseline):
-                geomeans.append(geomean_speedup(records, host, s, tasks, baseline, band))
-    return RunStats(baseline, cells, geomeans)
+    for host in dict.fromkeys(h for h, _, _ in seen):
+        tasks = list(dict.fromkeys(t for h, _, t in seen if h == host))
+        for s in dict.fromkeys(s for h, s, _ in seen if h == host and bases[s] is not None):
+            geomeans.append(geomean_speedup(records, host, s, tasks, bases[s], band))
+    return RunStats(baseline if not isinstance(baseline, dict) else None, cells, geomeans)
 
 
 # -- adaptive runs ------------------------------------------------------------------------------------------
@@ -743,7 +808,7 @@ def rounds_needed(values: Sequence[float], target: float = CONVERGENCE_TARGET, l
     return limit
 
 
-def convergence(records: list[dict[str, Any]], baseline: str | None, target: float = CONVERGENCE_TARGET,
+def convergence(records: list[dict[str, Any]], baseline: Baselines, target: float = CONVERGENCE_TARGET,
                 min_rounds: int = MIN_CONVERGED_ROUNDS) -> Convergence:
     """For `invoke run --until 5%`: is each cell's speedup interval (the tok/s median's interval where there is
     no baseline) within `target` of its estimate on either side? A cell with fewer than `min_rounds` rounds is
@@ -752,12 +817,14 @@ def convergence(records: list[dict[str, Any]], baseline: str | None, target: flo
     for r in sorted(records, key=lambda r: r.get("order", 0)):
         seen.setdefault((r.get("host", "local"), r["strategy"], r["task"]), None)
     by_cell = group_cells(usable(records))
+    bases = baseline_map(baseline, dict.fromkeys(s for _, s, _ in seen))
+    has_baselines = any(b is not None for b in bases.values())
     out = []
     for host, s, t in seen:
-        if baseline is not None and s == baseline:
+        if has_baselines and bases[s] is None:
             continue
-        if baseline is not None:
-            sp = speedup(records, host, s, t, baseline)
+        if bases[s] is not None:
+            sp = speedup(records, host, s, t, bases[s])
             est, iv, vals = sp.estimate, sp.interval, list(sp.rounds.values())
         else:
             vals = list(per_round(by_cell.get((host, s, t), [])).values())
@@ -769,8 +836,8 @@ def convergence(records: list[dict[str, Any]], baseline: str | None, target: flo
                                    None if need is None else max(need, min_rounds)))
     pending = [(c.host, c.strategy, c.task) for c in out if not c.converged]
     to_run = list(pending)
-    if baseline is not None:
-        to_run += list(dict.fromkeys((h, baseline, t) for h, _, t in pending if (h, baseline, t) in seen))
+    to_run += [k for k in dict.fromkeys((h, bases[s], t) for h, s, t in pending if bases[s] is not None)
+               if k in seen and k not in to_run]
     return Convergence(target, out, pending, to_run)
 
 

@@ -1,5 +1,7 @@
-"""From a run folder to its summary: per cell (host x strategy x task, over prompts and runs) median, min, max and
-spread; speedups against each strategy's baseline; acceptance; checks.
+"""From a run folder to its summary: per cell (host x strategy x task, over prompts and runs) the tok/s with its
+interval, the paired speedup against the strategy's baseline with its interval and verdict, acceptance, the
+checks (contamination from evidence, physics, determinism), stability warnings, and the interference each host
+saw. The statistics are harness/stats.py's; this module puts them beside the figures the report shows.
 
 Reads only run.json (typed, harness/runmeta.py) and measurements.jsonl (the stage before); writes nothing."""
 
@@ -9,19 +11,38 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from harness import checks
+from harness import checks, interference, stats
 from harness.results import RunDir
 from harness.runmeta import RunMeta
 from harness.schema import FORMAT_VERSIONS
 
 Key = tuple[str, str, str]  # host, strategy, task
 
+#: The rules behind the verdicts, in the words the report prints beside them.
+RULES = {
+    "speedup": "speedup = a strategy's tok/s over its baseline's on the same task, prompt and host in the same round "
+               "(each round runs every cell once, shuffled), median over rounds; 95% interval: Student-t on the "
+               f"log ratios below {stats.MIN_BOOTSTRAP_ROUNDS} rounds, else its hull with a percentile bootstrap; "
+               f"faster / slower when the interval lies above / below 1, equivalent when it lies within "
+               f"±{stats.EQUIVALENCE_BAND:.0%}, else not significant",
+    "contamination": "identical requests at temperature 0 in fresh containers must give identical draft counts and "
+                     "outputs: a change with acceptance rising after the first run is warm-cache, any other change "
+                     "unstable; a throughput trend after removing each round's common factor (Kendall p < "
+                     f"{stats.TREND_P}, change > {stats.TREND_MIN_CHANGE:.0%} and > {stats.TREND_NOISE_FACTOR:g}x the "
+                     "cell's noise) is drift; the reuse-server protocol is always flagged naive",
+    "interference": f"a measurement is disturbed when other work on the host used more than "
+                    f"{interference.DISTURBED_CORES:g} of a core on average during its timed request (or the CPU "
+                    "throttled, or another process used the GPU); disturbed measurements are left out of every "
+                    f"figure, unless more than {stats.MAX_DISTURBED_SHARE:.0%} of a host's were disturbed: then they "
+                    "are kept and the host is named as busy",
+}
+
 
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def stats(xs: list[float | None]) -> dict[str, Any]:
+def describe(xs: list[float | None]) -> dict[str, Any]:
     """n, median, min, max, spread (± half the range as % of the median), stdev."""
     vals = [x for x in xs if x is not None]
     if not vals:
@@ -30,6 +51,12 @@ def stats(xs: list[float | None]) -> dict[str, Any]:
     return {"n": len(vals), "median": _r(med), "min": _r(min(vals)), "max": _r(max(vals)),
             "spread_pct": _r((max(vals) - min(vals)) / 2 / med * 100, 1) if med else None,
             "stdev": _r(statistics.stdev(vals)) if len(vals) > 1 else 0.0}
+
+
+def _interval(iv: stats.Interval | None) -> dict[str, Any] | None:
+    if iv is None:
+        return None
+    return {"low": _r(iv.low, 4), "high": _r(iv.high, 4), "n": iv.n, "method": iv.method, "note": iv.note}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -50,6 +77,9 @@ def summarize(rd: RunDir) -> dict[str, Any]:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
     meta = rd.read_meta()
     records = rd.measurements()
+    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+    run_stats = stats.analyze(records, baselines, meta.protocol)
+    kept = {id(r) for r in stats.usable(records)}
     by_cell: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r["order"]):
         by_cell[(r["host"], r["strategy"], r["task"])].append(r)
@@ -57,20 +87,18 @@ def summarize(rd: RunDir) -> dict[str, Any]:
     for host in meta.plan.hosts:
         bw, bw_source = bandwidth(meta, host)
         for s in meta.planned_strategies():
-            target_bytes = meta.models[s.model]["size_bytes"]
             for t in meta.planned_tasks():
                 recs = by_cell.get((host, s.id, t.id), [])
                 expected = meta.plan.runs * len(t.prompts)
                 if len(recs) < expected:
                     missing.append({"host": host, "strategy": s.id, "task": t.id, "recorded": len(recs),
                                     "expected": expected})
-                cell = _cell(host, s, t.id, recs, meta.protocol)
+                cell = _cell(host, s, t.id, recs, kept, run_stats.cell(host, s.id, t.id))
                 if cell["decode_tok_s"]["median"] is not None:
                     v = checks.physics(cell["decode_tok_s"]["median"], cell["tokens_per_pass"]["median"], bw,
-                                       target_bytes, not s.speculative, bw_source)
+                                       meta.models[s.model]["size_bytes"], not s.speculative, bw_source)
                     cell["checks"]["physics"] = v.as_dict()
                 cells.append(cell)
-        _speedups(cells, host, meta)
         _determinism(cells, by_cell, host, meta)
     return {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
@@ -82,75 +110,99 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "tasks": meta.plan.tasks, "hosts": meta.plan.hosts, "runs": meta.plan.runs,
         "measurements": {"recorded": len(records), "ok": sum(r["status"] == "ok" for r in records),
                          "failed": sum(r["status"] == "failed" for r in records),
-                         "planned": meta.plan.measurements, "torn_last_line": rd.torn_last_line},
+                         "planned": meta.plan.measurements + _extra_planned(meta),
+                         "torn_last_line": rd.torn_last_line},
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
+        "geomeans": [_geomean(g) for g in run_stats.geomeans],
+        "interference": interference_summary(records, meta.plan.hosts),
+        "rules": RULES,
+        "convergence": _convergence(meta, records, baselines),
     }
 
 
-def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None], list[float | None]]:
-    drafted = accepted = 0
-    acc_rates, tpps = [], []
-    for r in ok:
-        sv = r["server"]
-        drafted += sv["draft_n"]
-        accepted += sv["draft_n_accepted"]
-        tpps.append(checks.tokens_per_pass(sv["predicted_n"] or 0, sv["draft_n_accepted"]))
-        acc_rates.append(sv["draft_n_accepted"] / sv["draft_n"] if sv["draft_n"] else None)
-    return drafted, accepted, acc_rates, tpps
+def _extra_planned(meta: RunMeta) -> int:
+    prompts = {t.id: len(t.prompts) for t in meta.tasks}
+    return sum(prompts.get(task, 1) for x in meta.plan.extra_rounds for _, _, task in x["cells"])
 
 
-def _contamination(ok: list[dict[str, Any]], protocol: str) -> checks.Verdict:
-    """The contamination verdict of a cell: each prompt's runs are a series; the first flagged one speaks."""
-    by_prompt: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in ok:
-        by_prompt[r["prompt"]].append(r)
-    verdicts = []
-    for recs in by_prompt.values():
-        tps = [r["client"]["decode_tok_s"] for r in recs if r["client"]["decode_tok_s"] is not None]
-        drafted, _, acc, _ = _acceptance(recs)
-        verdicts.append(checks.contamination(tps, [a if a is not None else 0.0 for a in acc] if drafted else None,
-                                             protocol, drafts=[r["server"]["draft_n"] for r in recs] if drafted
-                                             else None))
-    rank = {"warm-cache": 0, "naive": 1, "drift": 2, None: 3}
-    return min(verdicts, key=lambda v: rank.get(v.data.get("kind"), 3)) if verdicts else \
-        checks.contamination([], None, protocol)
+def _convergence(meta: RunMeta, records: list[dict[str, Any]], baselines: dict[str, str | None]) -> dict | None:
+    """For a run with --until: the target, the rounds run, and every cell still wider than the target."""
+    if meta.plan.until is None:
+        return None
+    conv = stats.convergence(records, baselines, meta.plan.until)
+    return {"target": meta.plan.until, "max_rounds": meta.plan.max_rounds,
+            "rounds": max((r["round"] for r in records), default=0),
+            "not_converged": [{"host": c.host, "strategy": c.strategy, "task": c.task, "rounds": c.rounds,
+                               "half_width": c.half_width, "rounds_estimate": c.rounds_estimate}
+                              for c in conv.cells if not c.converged]}
 
 
-def _cell(host: str, s: Any, task: str, recs: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
+def _geomean(g: stats.Speedup) -> dict[str, Any]:
+    return {"host": g.host, "strategy": g.strategy, "estimate": _r(g.estimate, 4), "interval": _interval(g.interval),
+            "verdict": g.verdict.as_dict()}
+
+
+def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None]]:
+    drafted = sum(r["server"]["draft_n"] for r in ok)
+    accepted = sum(r["server"]["draft_n_accepted"] for r in ok)
+    tpps = [checks.tokens_per_pass(r["server"]["predicted_n"] or 0, r["server"]["draft_n_accepted"]) for r in ok]
+    return drafted, accepted, tpps
+
+
+def _cell(host: str, s: Any, task: str, recs: list[dict[str, Any]], kept: set[int],
+          cs: stats.CellStats | None) -> dict[str, Any]:
     ok = [r for r in recs if r["status"] == "ok"]
+    used = [r for r in ok if id(r) in kept]
     failed = [r for r in recs if r["status"] == "failed"]
-    tps = [r["client"]["decode_tok_s"] for r in ok]
-    drafted, accepted, _, tpps = _acceptance(ok)
+    drafted, accepted, tpps = _acceptance(ok)
+    sp = cs.speedup if cs is not None else None
+    con = cs.contamination if cs is not None else None
     return {
         "host": host, "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": task,
-        "runs_ok": len(ok), "runs_failed": len(failed),
+        "baseline": s.baseline,
+        "runs_ok": len(ok), "runs_used": len(used), "runs_failed": len(failed),
         "failures": [{"run_index": r["run_index"], "prompt": r["prompt"], "reason": r["failure"]["reason"]}
                      for r in failed],
-        "decode_tok_s": stats(tps),
-        "server_decode_tok_s": stats([r["server"]["predicted_per_second"] for r in ok]),
-        "prefill_tok_s": stats([r["server"]["prompt_per_second"] for r in ok]),
-        "ttft_s": stats([r["client"]["ttft_s"] for r in ok]),
-        "load_s": stats([r["timing"]["load_s"] for r in ok]),
-        "memory_peak_mb": stats([r["memory_peak_bytes"] / 2**20 for r in ok if r.get("memory_peak_bytes")]),
+        "decode_tok_s": describe([r["client"]["decode_tok_s"] for r in used]),
+        "decode_tok_s_interval": _interval(cs.tok_s_interval) if cs is not None else None,
+        "server_decode_tok_s": describe([r["server"]["predicted_per_second"] for r in used]),
+        "prefill_tok_s": describe([r["server"]["prompt_per_second"] for r in used]),
+        "ttft_s": describe([r["client"]["ttft_s"] for r in used]),
+        "load_s": describe([r["timing"]["load_s"] for r in ok]),
+        "memory_peak_mb": describe([r["memory_peak_bytes"] / 2**20 for r in ok if r.get("memory_peak_bytes")]),
         "draft_n": drafted, "draft_n_accepted": accepted,
         "acceptance": _r(accepted / drafted, 4) if drafted else None,
-        "tokens_per_pass": stats(tpps),
-        "series": [_r(x) for x in tps],
+        "tokens_per_pass": describe(tpps),
+        "series": [_r(r["client"]["decode_tok_s"]) for r in ok],
         "streams": max((r.get("concurrency", {}).get("streams", 1) for r in ok), default=1),
-        "aggregate_tok_s": stats([r["concurrency"]["aggregate_tok_s"] for r in ok if "concurrency" in r]),
-        "per_stream_tok_s": stats([x for r in ok if "concurrency" in r for x in r["concurrency"]["per_stream_tok_s"]]),
-        "speedup": None,
-        "checks": {"contamination": _contamination(ok, protocol).as_dict()},
+        "aggregate_tok_s": describe([r["concurrency"]["aggregate_tok_s"] for r in used if "concurrency" in r]),
+        "per_stream_tok_s": describe([x for r in used if "concurrency" in r
+                                      for x in r["concurrency"]["per_stream_tok_s"]]),
+        "speedup": _r(sp.estimate, 4) if sp is not None else None,
+        "speedup_interval": _interval(sp.interval) if sp is not None else None,
+        "verdict": sp.verdict.as_dict() if sp is not None else None,
+        "paired_rounds": {str(k): _r(v, 4) for k, v in sp.rounds.items()} if sp is not None else {},
+        "warnings": [{"kind": w.kind, "sentence": w.sentence, "evidence": w.evidence}
+                     for w in (cs.warnings if cs is not None else [])],
+        "checks": {"contamination": {"check": "contamination", "flagged": con.flagged, "sentence": con.sentence,
+                                     "data": {"kind": con.kind, **con.evidence}}} if con is not None else {},
     }
 
 
-def _speedups(cells: list[dict[str, Any]], host: str, meta: RunMeta) -> None:
-    med = {(c["strategy"], c["task"]): c["decode_tok_s"]["median"] for c in cells if c["host"] == host}
-    for c in cells:
-        base = meta.strategy(c["strategy"]).baseline
-        b = med.get((base, c["task"])) if base else None
-        if c["host"] == host and b and c["decode_tok_s"]["median"] is not None:
-            c["speedup"] = _r(c["decode_tok_s"]["median"] / b)
+def interference_summary(records: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
+    """Per host: how many measurements other work disturbed, how much it used, and which measurements."""
+    busy = stats.busy_hosts(records)
+    out = {}
+    for host in hosts:
+        ok = [r for r in records if r["host"] == host and r["status"] == "ok"]
+        figs = [r["interference"] for r in ok if r.get("interference")]
+        cores = [f["others_cores"] for f in figs if f.get("others_cores") is not None]
+        disturbed = [r for r in ok if (r.get("interference") or {}).get("disturbed")]
+        out[host] = {"measured": len(figs), "disturbed": len(disturbed), "kept": host in busy,
+                     "others_cores_median": _r(statistics.median(cores), 3) if cores else None,
+                     "others_cores_max": _r(max(cores), 3) if cores else None,
+                     "disturbed_ids": [r["measurement_id"] for r in disturbed][:200]}
+    return out
 
 
 def _determinism(cells: list[dict[str, Any]], by_cell: dict[Key, list[dict[str, Any]]], host: str,
@@ -166,7 +218,7 @@ def _determinism(cells: list[dict[str, Any]], by_cell: dict[Key, list[dict[str, 
         runs = [r for r in by_cell.get((host, c["strategy"], c["task"]), []) if r["status"] == "ok"]
         if not base_ok or not runs:
             continue
-        refs = {}
+        refs: dict[str, dict[str, Any]] = {}
         for r in base_ok:
             refs.setdefault(r["prompt"], r)
         if c["strategy"] == base:

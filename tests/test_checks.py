@@ -7,36 +7,6 @@ import pytest
 from harness import checks
 
 
-def test_climbing_series_is_flagged_and_flat_is_not():
-    climb = checks.contamination([15.1, 60.3, 140.2, 208.0])
-    assert climb.flagged and "warm-cache contamination suspected" in climb.sentence and "13.77x" in climb.sentence
-    flat = checks.contamination([11.50, 11.62, 11.41, 11.55, 11.58])
-    assert not flat.flagged and flat.sentence == "no run-over-run climb"
-    # a rise that is not monotone is noise, not a climb
-    assert not checks.contamination([10.0, 14.0, 9.0, 13.0]).flagged
-    # two runs are not a series
-    assert not checks.contamination([10.0, 13.0]).flagged
-
-
-def test_acceptance_climb_is_flagged_even_when_throughput_is_flat():
-    v = checks.contamination([1000.0, 1001.0, 999.0], acceptance=[0.28, 0.11, 0.11])
-    assert not v.flagged
-    v = checks.contamination([1000.0, 1001.0, 999.0], acceptance=[0.11, 0.28, 0.35])
-    assert v.flagged and "acceptance climbed from 11% to 35%" in v.sentence
-
-
-def test_climb_with_identical_draft_counts_is_drift_not_cache():
-    v = checks.contamination([300.0, 350.0, 400.0], acceptance=[0.4, 0.4, 0.4], drafts=[120, 120, 120])
-    assert v.flagged and v.data["kind"] == "drift" and "machine drift, not a carried-over cache" in v.sentence
-    v = checks.contamination([300.0, 350.0, 400.0], acceptance=[0.2, 0.4, 0.5], drafts=[120, 200, 260])
-    assert v.flagged and v.data["kind"] == "warm-cache"
-
-
-def test_naive_protocol_is_always_labelled():
-    v = checks.contamination([10.0, 10.0], protocol="reuse-server")
-    assert v.flagged and "naive protocol" in v.sentence
-
-
 def test_baseline_above_roofline_is_flagged():
     # 17.5 GB of weights at 273 GB/s: 15.6 passes/s
     v = checks.physics(208.0, None, 273, 17_500_000_000, baseline=True)

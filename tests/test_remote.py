@@ -80,7 +80,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
         out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
                           progress=False, engines=[eng], log=lambda s: None)
         assert "8 ok, 0 failed" in out
-        assert eng.endpoints and all(ep.via == "ssh-tunnel" and ep.channels >= 2 for ep in eng.endpoints)
+        assert eng.endpoint(1).via == "ssh-tunnel"  # llama-server is reached through the SSH connection
         items = {i.name: i for i in dr.check(eng, m, models_dir)}
         assert items["model target"].ok and "sha256 ok" in items["model target"].detail
     finally:
@@ -192,3 +192,20 @@ def test_cli_build_run_report_with_host(sshd, tmp_path, demo_image, models_dir):
     recs = RunDir.open(tmp_path / "r" / "cli").measurements()
     assert len(recs) == 2 and all(r["host"] == sshd["spec"] and r["status"] == "ok" for r in recs)
     assert "ngram-mod" in (tmp_path / "R.md").read_text()
+
+
+def test_docker_api_over_the_ssh_connection_directly(sshd):
+    """The SSH adapter on its own: the Docker SDK's API calls travel over the Fabric connection, through one
+    small pool (sshd allows 10 sessions per connection)."""
+    from harness.remote import POOL_SIZE, docker_over, open_connection
+
+    conn = open_connection(sshd["spec"], key_filename=sshd["client_key"], known_hosts=sshd["known_hosts"])
+    try:
+        client = docker_over(conn)
+        for _ in range(3 * POOL_SIZE):
+            assert client.ping()
+        assert client.version()["ApiVersion"]
+        pool = client.api.get_adapter("http+docker://ssh").pools["all"]
+        assert pool.pool.qsize() <= POOL_SIZE
+    finally:
+        conn.close()

@@ -99,15 +99,18 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     assert all(r["protocol"] == "reuse-server" for r in naive)
     from harness.summary import summarize
 
-    naive_cell = summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"][0]
-    fresh_cell = summarize(RunDir.open(tmp_path / "r" / "fresh"))["cells"][0]
-    assert naive_cell["checks"]["contamination"]["flagged"]
-    assert "naive protocol" in naive_cell["checks"]["contamination"]["sentence"]
-    # fresh containers may still drift with the machine (timing noise on a shared box), but identical draft
-    # counts mean it is never called a carried-over cache
+    naive_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"]
+                      if c["strategy"] == "ngram-mod")
+    fresh_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "fresh"))["cells"]
+                      if c["strategy"] == "ngram-mod")
+    naive_check = naive_cell["checks"]["contamination"]
+    assert naive_check["flagged"] and naive_check["data"]["kind"] == "naive"
+    # the evidence the kit holds is in the sentence: every run's drafted/accepted, and where the output changed
+    assert f"drafted/accepted {nd[0]}/{na[0]}, {nd[1]}/{na[1]}" in naive_check["sentence"], naive_check
+    # fresh containers may drift with the machine, but identical draft counts and outputs are never a cache
     fresh_check = fresh_cell["checks"]["contamination"]
-    assert fresh_check["data"]["kind"] in (None, "drift"), fresh_check
-    assert "contamination suspected" not in fresh_check["sentence"]
+    assert fresh_check["data"]["kind"] in ("none", "drift", "unstable"), fresh_check
+    assert fresh_check["data"]["fingerprint"]["identical"], fresh_check
 
 
 def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, models_dir):
