@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +60,17 @@ MTP_SSM = {"conv_kernel": 4, "state_size": 32, "group_count": 2, "time_step_rank
 RMS_EPS = 1e-5
 
 
+@dataclass
+class GgufParts:
+    """A generated model before writing: its architecture, `<arch>.`-relative keys and tensors (numpy order)."""
+
+    arch: str
+    name: str
+    keys: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    mask_token: bool = False
+
+
 def write_generated(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, **shape: int) -> Path:
     """Write the generated model `kind` to path, deterministically, and return the path.
 
@@ -65,14 +78,18 @@ def write_generated(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, **
     `write_tiny(..., "tiny-target", seed, alpha, **shape)` writes; for `tiny-mtp-target` they make the target
     itself, alpha scaling its context terms). shape: embed, ff, layers (the target's; defaults 256, 512, 4).
     """
-    unknown = set(shape) - {"embed", "ff", "layers"}
-    if unknown:
-        raise KitError(f"models: generator kind {kind!r} takes embed, ff, layers, not {sorted(unknown)}")
     if kind in TINY_KINDS:
+        _check_shape(kind, shape)
         return write_tiny(path, kind, seed, alpha, **shape)
-    writers: dict[str, Callable[..., tuple[str, dict, dict[str, np.ndarray]]]] = {
+    return write_gguf(path, drafter_parts(kind, seed, alpha, **shape))
+
+
+def drafter_parts(kind: str, seed: int = 7, alpha: float = 0.1, **shape: int) -> GgufParts:
+    """The keys and tensors `write_generated` writes for a drafter kind (a test edits them to craft bad files)."""
+    _check_shape(kind, shape)
+    builders: dict[str, Callable[..., tuple[str, dict, dict[str, np.ndarray]]]] = {
         "tiny-dflash2": _dflash2, "tiny-dspark": _dspark, "tiny-eagle3": _eagle3, "tiny-mtp-target": _mtp_target}
-    if kind not in writers:
+    if kind not in builders:
         raise KitError(f"models: unknown generator kind {kind!r}; expected one of {list(KINDS)}")
     embed, ff, layers = shape.get("embed", EMBED), shape.get("ff", FF), shape.get("layers", TARGET_LAYERS)
     if embed % HEADS or embed < 64 or ff < 1 or layers < 1:
@@ -80,8 +97,14 @@ def write_generated(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, **
     if kind == "tiny-eagle3" and layers <= max(EAGLE3_TARGET_LAYERS):
         raise KitError(f"models: tiny-eagle3 reads target layers {list(EAGLE3_TARGET_LAYERS)}; the target "
                        f"needs more than {max(EAGLE3_TARGET_LAYERS)} layers, not {layers}")
-    arch, keys, tensors = writers[kind](seed, alpha, embed, ff, layers)
-    return write_gguf(path, arch, f"specbench-{kind}", keys, tensors, mask_token=arch == "dflash")
+    arch, keys, tensors = builders[kind](seed, alpha, embed, ff, layers)
+    return GgufParts(arch, f"specbench-{kind}", keys, tensors, mask_token=arch == "dflash")
+
+
+def _check_shape(kind: str, shape: dict[str, int]) -> None:
+    unknown = set(shape) - {"embed", "ff", "layers"}
+    if unknown:
+        raise KitError(f"models: generator kind {kind!r} takes embed, ff, layers, not {sorted(unknown)}")
 
 
 # ---------------------------------------------------------------- the target's weights, as the drafters see them
@@ -348,8 +371,7 @@ def _mtp_target(seed: int, alpha: float, embed: int, ff: int,
 # ---------------------------------------------------------------- writing
 
 
-def write_gguf(path: Path, arch: str, name: str, keys: dict, tensors: dict[str, np.ndarray], *,
-               vocab: Vocab | None = None, mask_token: bool = False) -> Path:
+def write_gguf(path: Path, parts: GgufParts, *, vocab: Vocab | None = None) -> Path:
     """Write a GGUF file: `<arch>.<key>` for each key (ints as uint32, int lists as int32 arrays, floats as
     float32, bools), the SPM tokenizer block, then the tensors in a fixed order; atomically, byte-deterministic."""
     import gguf  # heavy import, only when generating
@@ -358,9 +380,10 @@ def write_gguf(path: Path, arch: str, name: str, keys: dict, tensors: dict[str, 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
+    arch = parts.arch
     writer = gguf.GGUFWriter(str(partial), arch)
-    writer.add_name(name)
-    for key, value in keys.items():
+    writer.add_name(parts.name)
+    for key, value in parts.keys.items():
         full = f"{arch}.{key}"
         if isinstance(value, bool):
             writer.add_bool(full, value)
@@ -381,12 +404,12 @@ def write_gguf(path: Path, arch: str, name: str, keys: dict, tensors: dict[str, 
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
-    if mask_token:
+    if parts.mask_token:
         writer.add_mask_token_id(MASK_TOKEN_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    for tname in sorted(tensors, key=_tensor_order):
-        writer.add_tensor(tname, _f32(tensors[tname]))
+    for tname in sorted(parts.tensors, key=_tensor_order):
+        writer.add_tensor(tname, _f32(parts.tensors[tname]))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
