@@ -137,13 +137,23 @@ def _flavour_supported(c: _Ctx) -> list[str]:
     out = []
     d = c.drafter
     if d is not None:
-        flavour = d.dflash_flavour or ("eagle3" if d.architecture == "eagle3" else None)
+        flavour = _flavour(d)
         if flavour and flavour not in c.supported:
-            out.append(c.d(f"a {flavour} drafter", f"a flavour this image's llama.cpp loads: "
-                                                   f"{', '.join(sorted(c.supported)) or 'none'}"))
+            created = loader_tensor_names(d, c.supported) or set()
+            if created:  # the architecture loads, without this flavour's tensors
+                then = (f"{d.tensor_count} tensors; this image's loader would create {len(created)}: "
+                        f"'wrong number of tensors; expected {d.tensor_count}, got {len(created)}'")
+            else:
+                then = f"this image's loader says 'unknown model architecture: '{d.architecture}''"
+            out.append(c.d(f"a {flavour} drafter ({then})", "a flavour this image's llama.cpp loads: "
+                           f"{', '.join(f for f in FLAVOURS if f in c.supported) or 'none'}"))
     if c.spec_type == "draft-mtp" and "mtp" not in c.supported:
         out.append(c.t("a target for draft-mtp", "an image whose llama.cpp has draft-mtp"))
     return out
+
+
+def _flavour(d: ModelFacts) -> str | None:
+    return d.dflash_flavour or ("eagle3" if d.architecture == "eagle3" else None)
 
 
 def _flavour_matches_type(c: _Ctx) -> list[str]:
@@ -186,17 +196,16 @@ def loader_tensor_names(facts: ModelFacts, supported: set[str]) -> set[str] | No
 
 def _tensor_count(c: _Ctx) -> list[str]:
     d = c.drafter
-    if d is None:
-        return []
+    if d is None or _flavour(d) not in c.supported:
+        return []  # an unsupported flavour is its own line, with the count it leads to
     created = loader_tensor_names(d, c.supported)
     if created is None or len(created) == d.tensor_count:
         return []
     left = sorted(set(d.tensors) - created)
     shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
-    return [c.d(f"{d.tensor_count} tensors, of which this image's loader creates {len(created)} "
-                f"(it knows no {shown}): it would fail with 'wrong number of tensors; expected "
-                f"{d.tensor_count}, got {len(created)}'",
-                "only tensors the loader knows (a build with this file's flavour, or the file for this build)")]
+    return [c.d(f"{d.tensor_count} tensors, of which the loader creates {len(created)} (it knows no {shown}): "
+                f"'wrong number of tensors; expected {d.tensor_count}, got {len(created)}'",
+                f"only tensors a {_flavour(d)} loader reads")]
 
 
 def _widths(c: _Ctx) -> list[str]:
