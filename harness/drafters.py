@@ -10,8 +10,9 @@ Each writer is deterministic (same arguments, same bytes) and derives its weight
   embeddings) through `fc` as its attention context. Only the first mask knows the token before it, so about
   one draft in a block is right.
 - `tiny-dspark` (DFlash body + Markov head): DSpark drafts from the last token's own position first (the
-  target's first block, as above), then chains a Markov head that holds the target's context-free next-token
-  scores (a low-rank factorisation), so later drafts are right while the text follows its most common pairs.
+  target's first block, as above), then chains a Markov head holding the target's context-free next-token
+  scores (its output head on the previous token's first-block state); a second layer flattens the mask
+  positions' own logits so the chain is the head's. Later drafts are right where context matters little.
 - `tiny-eagle3` (arch eagle3): EAGLE3 feeds the token after position P together with `fc` of the target's
   states at P. Those states predict the token at P+1, which the target has already chosen, so passing them
   through would draft the wrong position; the drafter ignores them (`attn_norm_2` zero) and runs the target's
@@ -52,7 +53,6 @@ DFLASH2_CONV_KERNEL = 2
 DFLASH2_CONV_GROUP = 64
 DFLASH2_SELECTOR_RANK = 4
 DFLASH2_SELECTOR_TOP_K = 4
-DSPARK_MARKOV_RANK = 64
 DSPARK_MARKOV_WEIGHT = 0.5
 EAGLE3_TARGET_LAYERS = (0, 2, 3)
 COPY_GAIN = 3.0  # q/k gain of the heads that copy a token's own embedding: self-attention wins by ~e^60
@@ -234,13 +234,11 @@ def _dspark(seed: int, alpha: float, embed: int, ff: int, layers: int) -> tuple[
     t = _target(seed, alpha, embed, ff, layers)
     out = t["output.weight"].astype(np.float64)
     cf = _context_free_hidden(t)
-    # the Markov head's bias for the token after `prev` is W2 @ W1[prev]: a low-rank copy of the target's
-    # context-free next-token scores, at half weight so that at the last token's position the drafter's own
-    # logits (the target's first block, with context) still lead
-    scores = _rms_norm(cf) @ out.T  # [prev, next]
-    u, s, vt = np.linalg.svd(scores, full_matrices=False)
-    r = DSPARK_MARKOV_RANK
-    root = np.sqrt(s[:r] * DSPARK_MARKOV_WEIGHT)
+    # the Markov head's bias for the token after `prev` is W2 @ W1[prev]: here the target's output head applied
+    # to `prev`'s context-free hidden state (rank = width, exact), at a weight below the drafter's own logits
+    # so that at the last token's position those (the target's first block, with context) still lead
+    w1 = _rms_norm(cf) * np.sqrt(DSPARK_MARKOV_WEIGHT)
+    w2 = out * np.sqrt(DSPARK_MARKOV_WEIGHT)
     # layer 1 flattens the mask positions' own logits so the chain is the Markov head's: one feed-forward unit
     # fires on the mask's hidden state and writes the direction the output head maps to the flattest logits
     mask_dir = cf[MASK_TOKEN_ID] / np.linalg.norm(cf[MASK_TOKEN_ID])
@@ -252,8 +250,8 @@ def _dspark(seed: int, alpha: float, embed: int, ff: int, layers: int) -> tuple[
         "fc.weight": np.eye(embed, dtype=np.float32),
         "enc.output_norm.weight": _ones(embed),
         "output_norm.weight": _ones(embed),
-        "markov_w1.weight": _f32(u[:, :r] * root),
-        "markov_w2.weight": _f32(vt[:r].T * root),
+        "markov_w1.weight": _f32(w1),
+        "markov_w2.weight": _f32(w2),
         "blk.1.attn_norm.weight": _ones(embed),
         "blk.1.attn_q.weight": zero_attn, "blk.1.attn_k.weight": zero_attn, "blk.1.attn_v.weight": zero_attn,
         "blk.1.attn_output.weight": zero_attn,
