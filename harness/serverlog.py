@@ -9,8 +9,8 @@ statistics.
   expected 37, got 36`), an uncaught exception's `what()`, else the server's own last word (`failed to create
   MTP context`, `exiting due to model loading error`); None when the log shows none. Known harmless error
   lines (DFlash's "requires ctx_other" during memory fitting) are skipped.
-- `failure_detail`: the warning just before an assertion, when there is one (`ggml_new_object: not enough space
-  in the context's memory pool (needed 418624, available 418256)`).
+- `failure_detail`: the warning next to an assertion (just before it or, logged late, just after), if any
+  (`ggml_new_object: not enough space in the context's memory pool (needed 418624, available 418256)`).
 - `draft_acceptance`: {rate, accepted, generated, mean_len} from `draft acceptance = ... mean len = ...`.
 - `acc_per_pos`: the per-position acceptance rates (`acc per pos = (...)`, trace level, `-lv 4`).
 - `statistics`: per implementation, the counters of `statistics <type>: #calls(b,g,a) = ..., #gen tokens = ...,
@@ -70,11 +70,12 @@ def failure(lines: list[str]) -> tuple[str | None, str | None]:
             continue
         m = _ASSERT.match(line)
         if m:
+            # the logger thread may print the warning after the assertion's direct write: look both ways
             detail = None
-            for prev in reversed(lines[max(0, i - 3):i]):
-                level = _PREFIX.match(prev)
-                if level and level.group(1) in "WE" and not any(h in prev for h in _HARMLESS):
-                    detail = _PREFIX.sub("", prev).strip()
+            for j in sorted(range(max(0, i - 3), min(len(lines), i + 4)), key=lambda j: abs(j - i)):
+                level = _PREFIX.match(lines[j])
+                if j != i and level and level.group(1) in "WE" and not any(h in lines[j] for h in _HARMLESS):
+                    detail = _PREFIX.sub("", lines[j]).strip()
                     break
             return f"{m.group(1)}:{m.group(2)}: {m.group(3)}", detail
         m = _LOAD_ERROR.search(line) or _WHAT.match(line)
