@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -180,6 +180,24 @@ def read_facts(path: Path, *, max_header_bytes: int = MAX_HEADER_BYTES) -> Model
 def facts_from_prefix(data: bytes, source: str) -> ModelFacts:
     """Facts from the first bytes of a GGUF file (e.g. fetched over SSH); raises HeaderIncomplete when short."""
     return parse_header(io.BytesIO(data), source, limit=len(data), prefix=True)
+
+
+def facts_from_reader(read_prefix: Callable[[int], bytes], source: str, *, first: int = 1 << 20,
+                      max_bytes: int = 64 << 20) -> ModelFacts:
+    """Facts of a file only reachable by prefix (e.g. `head -c N` over SSH): read `first` bytes, then as many
+    as the parser says it needs (at least double), up to max_bytes. read_prefix(n) returns the first n bytes
+    (fewer at the end of the file)."""
+    want = first
+    while True:
+        data = read_prefix(want)
+        try:
+            return facts_from_prefix(data, source)
+        except HeaderIncomplete as e:
+            if len(data) < want:
+                raise KitError(f"{source}: file ends inside the GGUF header ({len(data)} bytes)") from None
+            if want >= max_bytes:
+                raise KitError(f"{source}: GGUF header is larger than {max_bytes} bytes; not read") from None
+            want = min(max_bytes, max(e.needed, 2 * want))
 
 
 class _Reader:

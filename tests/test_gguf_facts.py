@@ -153,3 +153,20 @@ def test_fuzzed_headers_fail_only_with_kit_errors(files, cut, flips):
     except KitError:
         return
     assert facts.tensor_count <= gf.MAX_TENSORS and np.isfinite(facts.header_bytes)
+
+
+def test_reading_by_prefix_asks_for_more_until_the_header_fits(files):
+    data = files["tiny-target"].read_bytes()
+    asked: list[int] = []
+
+    def head(n: int) -> bytes:  # what `head -c n` over SSH returns
+        asked.append(n)
+        return data[:n]
+
+    facts = gf.facts_from_reader(head, "host:/m/t.gguf", first=1024)
+    assert facts.tensors == gf.read_facts(files["tiny-target"]).tensors
+    assert asked[0] == 1024 and all(b >= 2 * a for a, b in zip(asked, asked[1:], strict=False)) and len(asked) < 6
+    with pytest.raises(KitError, match="larger than 4096 bytes"):
+        gf.facts_from_reader(head, "host:/m/t.gguf", first=1024, max_bytes=4096)
+    with pytest.raises(KitError, match="file ends inside the GGUF header"):
+        gf.facts_from_reader(lambda n: data[:500], "host:/m/cut.gguf", first=1024)
