@@ -1,0 +1,140 @@
+"""What llama-server's log says (as `container.logs()` returns it): why it stopped, and its own speculative
+statistics.
+
+`parse(log)` returns a dict:
+
+- `failure`: the line that explains an abort or a refused start, without its timestamp: a ggml assertion or
+  abort (`ggml.c:3354: GGML_ASSERT(ggml_can_mul_mat(a, b)) failed`, `common.cpp:2225: get_sub_batch: failed
+  to add embedding ...`), a loader error (`error loading model: done_getting_tensors: wrong number of tensors;
+  expected 37, got 36`), an uncaught exception's `what()`, else the server's own last word (`failed to create
+  MTP context`, `exiting due to model loading error`); None when the log shows none. Known harmless error
+  lines (DFlash's "requires ctx_other" during memory fitting) are skipped.
+- `failure_detail`: the warning next to an assertion (just before it or, logged late, just after), if any
+  (`ggml_new_object: not enough space in the context's memory pool (needed 418624, available 418256)`).
+- `draft_acceptance`: {rate, accepted, generated, mean_len} from `draft acceptance = ... mean len = ...`.
+- `acc_per_pos`: the per-position acceptance rates (`acc per pos = (...)`, trace level, `-lv 4`).
+- `statistics`: per implementation, the counters of `statistics <type>: #calls(b,g,a) = ..., #gen tokens = ...,
+  #acc tokens = ...` (trace level): calls_begin/draft/accept, gen_drafts, acc_drafts, gen_tokens, acc_tokens,
+  mean_acc_len, acc_rate_per_pos, dur_ms {begin, draft, accept}.
+- `implementations` and `params`: what `adding speculative implementation '<type>'` and its `- key=value`
+  lines said (n_max, n_min, p_min, block_size, mask_token_id, n_extract, sample_from_anchor, ...).
+- `timings`: prompt_ms, prompt_tokens, eval_ms, eval_tokens (the slot's print_timing).
+- `requests`: how many requests printed timings. With several, the other fields are the last request's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([DIWEO]) ")
+_ASSERT = re.compile(r"^(?:\S*/)?([\w.-]+\.(?:c|cc|cpp|cu|h|hpp)):(\d+): (.+)$")
+_LOAD_ERROR = re.compile(r"error loading model: (.+)$")
+_WHAT = re.compile(r"^\s*what\(\):\s*(.+)$")
+_GENERIC = re.compile(r"(failed to create MTP context|failed to load (?:draft )?model.*|exiting due to .+|"
+                      r"failed to initialize the context: .+|context type MTP requested but .+)$")
+_HARMLESS = ("requires ctx_other to be set", "failed to measure the memory of the extra model")
+_ACCEPTANCE = re.compile(r"draft acceptance = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\), "
+                         r"mean len =\s*([\d.]+)")
+_PER_POS = re.compile(r"acc per pos = \(([^)]*)\)")
+_STATS = re.compile(
+    r"statistics\s+(\S+): #calls\(b,g,a\) =\s*(\d+)\s+(\d+)\s+(\d+), #gen drafts =\s*(\d+), "
+    r"#acc drafts =\s*(\d+), #gen tokens =\s*(\d+), #acc tokens =\s*(\d+)"
+    r"(?:, #mean acc len =\s*([\d.]+), #acc rate/pos = \(([^)]*)\))?"
+    r"(?:, dur\(b,g,a\) =\s*([\d.]+),\s*([\d.]+),\s*([\d.]+) ms)?")
+_IMPL = re.compile(r"adding speculative implementation '([\w-]+)'")
+_PARAM = re.compile(r"(\w+)=([^\s,]+)")
+_PROMPT = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+_EVAL = re.compile(r"\|\s+eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+
+
+def _number(s: str) -> int | float | str:
+    for cast in (int, float):
+        try:
+            return cast(s)
+        except ValueError:
+            pass
+    return s
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def failure(lines: list[str]) -> tuple[str | None, str | None]:
+    """The line that explains why the server stopped (and the warning before an assertion), or (None, None)."""
+    generic: str | None = None
+    for i, raw in enumerate(lines):
+        line = _PREFIX.sub("", raw).strip()
+        if not line or any(h in line for h in _HARMLESS):
+            continue
+        m = _ASSERT.match(line)
+        if m:
+            # the logger thread may print the warning after the assertion's direct write: look both ways
+            detail = None
+            for j in sorted(range(max(0, i - 3), min(len(lines), i + 4)), key=lambda j: abs(j - i)):
+                level = _PREFIX.match(lines[j])
+                if j != i and level and level.group(1) in "WE" and not any(h in lines[j] for h in _HARMLESS):
+                    detail = _PREFIX.sub("", lines[j]).strip()
+                    break
+            return f"{m.group(1)}:{m.group(2)}: {m.group(3)}", detail
+        m = _LOAD_ERROR.search(line) or _WHAT.match(line)
+        if m:
+            return m.group(0).strip() if _LOAD_ERROR.search(line) else m.group(1).strip(), None
+        m = _GENERIC.search(line)
+        if m and generic is None:
+            generic = m.group(1).strip()
+    return generic, None
+
+
+def parse(log: str | bytes) -> dict[str, Any]:
+    """Everything `parse` knows about one llama-server log (see the module docstring)."""
+    text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else log
+    lines = text.splitlines()
+    out: dict[str, Any] = {"failure": None, "failure_detail": None, "draft_acceptance": None, "acc_per_pos": None,
+                           "statistics": {}, "implementations": [], "params": {}, "timings": {}, "requests": 0}
+    out["failure"], out["failure_detail"] = failure(lines)
+    in_impl = False
+    for raw in lines:
+        line = _PREFIX.sub("", raw)
+        m = _IMPL.search(line)
+        if m:
+            out["implementations"].append(m.group(1))
+            in_impl = True
+            continue
+        if in_impl and re.search(r":\s+- \w+=", line):
+            for k, v in _PARAM.findall(line.split(": -", 1)[1]):
+                out["params"][k] = _number(v)
+            continue
+        in_impl = False
+        m = _ACCEPTANCE.search(line)
+        if m:
+            out["draft_acceptance"] = {"rate": float(m.group(1)), "accepted": int(m.group(2)),
+                                       "generated": int(m.group(3)), "mean_len": float(m.group(4))}
+            continue
+        m = _PER_POS.search(line)
+        if m:
+            out["acc_per_pos"] = _floats(m.group(1))
+            continue
+        m = _STATS.search(line)
+        if m:
+            g = m.groups()
+            s: dict[str, Any] = {k: int(v) for k, v in zip(
+                ("calls_begin", "calls_draft", "calls_accept", "gen_drafts", "acc_drafts", "gen_tokens",
+                 "acc_tokens"), g[1:8], strict=True)}
+            if g[8] is not None:
+                s["mean_acc_len"] = float(g[8])
+                s["acc_rate_per_pos"] = _floats(g[9])
+            if g[10] is not None:
+                s["dur_ms"] = {"begin": float(g[10]), "draft": float(g[11]), "accept": float(g[12])}
+            out["statistics"][g[0]] = s
+            continue
+        m = _PROMPT.search(line)
+        if m:
+            out["requests"] += 1
+            out["timings"] = {"prompt_ms": float(m.group(1)), "prompt_tokens": int(m.group(2))}
+            continue
+        m = _EVAL.search(line)
+        if m:
+            out["timings"].update({"eval_ms": float(m.group(1)), "eval_tokens": int(m.group(2))})
+    return out
