@@ -95,15 +95,17 @@ def kit_errors(fn):
 @task(auto_shortflags=False, help={
     "manifest": "manifest YAML (default: invoke.yaml's specbench.manifest, the CPU demo)",
     "strict": "also refuse unpinned fields (model sha256, prompt sha256, source commit) needed to share it",
+    "models_dir": "folder of the model files (default: invoke.yaml's specbench.models); files present there are "
+                  "checked against their strategies (GGUF headers)",
 })
 @kit_errors
-def validate(c, manifest=None, strict=False):
-    """Validate a manifest and print its plan (strategies x tasks x runs, models with sizes)."""
+def validate(c, manifest=None, strict=False, models_dir=None):
+    """Validate a manifest and print its plan; model files already present are checked against their strategies."""
     from harness import manifest as mf
     from harness import plan
 
     m = mf.load(_manifest_path(c, manifest))
-    print(plan.render(m, Path(_cfg(c, "models", "models")), strict=strict))
+    print(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict))
 
 
 @task(auto_shortflags=False, help={

@@ -17,7 +17,7 @@ from typing import Any
 import docker.errors
 
 import docker
-from harness import DOCKER, LABEL_PREFIX, KitError, __version__, bases, schema
+from harness import DOCKER, LABEL_PREFIX, KitError, __version__, bases, preflight, schema
 from harness.files import atomic_write_text, safe_name
 from harness.manifest import Manifest
 from harness.schema import FORMAT_VERSIONS
@@ -129,6 +129,8 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
         f"{LABEL_PREFIX}.recipe-sha256": recipe,
         f"{LABEL_PREFIX}.plan-key": digest,
     }
+    if source.path.is_dir():  # read from the source itself: what its loader knows (the pre-flight checks it)
+        labels[f"{LABEL_PREFIX}.spec-flavours"] = preflight.flavour_label(preflight.supported_flavours(source.path))
     if backend == "cuda" and manifest.build.cuda_architectures == "121":
         notes.append("CUDA arch 121 is the GB10 (DGX Spark); it needs CUDA 12.9 or newer")
     return BuildPlan(backend, base_image, runtime_image, reason, flags, build_args, labels, tag,

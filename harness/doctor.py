@@ -97,7 +97,7 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     return items
 
 
-def preflight(engine: Engine, manifest: Manifest, local_models: Path) -> None:
+def require_ready(engine: Engine, manifest: Manifest, local_models: Path) -> None:
     """The doctor's checks at the start of a run: any fatal item stops it, each named with its fix."""
     from harness import KitError
 

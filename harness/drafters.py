@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from harness import KitError
-from harness.models import CTX, EMBED, FF, HEADS, TARGET_LAYERS, Vocab, _masked_rows, _vocab, _weights, write_tiny
+from harness.generate import CTX, EMBED, FF, HEADS, TARGET_LAYERS, Vocab, _masked_rows, _vocab, _weights, write_tiny
 
 #: Generator kinds of `harness.models.write_tiny` (a target, its draft-simple draft, a foreign-vocabulary draft).
 TINY_KINDS = ("tiny-target", "tiny-draft", "tiny-foreign")

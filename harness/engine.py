@@ -179,6 +179,11 @@ class Engine:
         a, b, c = (float(x) for x in text.split()[:3])
         return a, b, c
 
+    def read_head(self, path: Path, n: int) -> bytes:
+        """The first n bytes of a file on the engine's host (a GGUF header, for the pre-flight)."""
+        with open(path, "rb") as f:
+            return f.read(n)
+
     def place_models(self, local: dict[str, Path], log: Any = print) -> dict[str, Path]:
         """Model files as the engine's host sees them (the local engine sees this machine's)."""
         return local

@@ -126,9 +126,24 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
     return plan
 
 
+def model_preflight(manifest: Manifest, models_dir: Path) -> list[str]:
+    """The pre-flight of the model files already present (harness/preflight.py); the flavours are those of the
+    pinned source when it has been fetched, else all are assumed (the run checks against the image)."""
+    from harness import gguf_facts, preflight, source
+
+    def facts_of(key: str):
+        p = manifest.models[key].local_path(models_dir)
+        return gguf_facts.read_facts(p) if p.is_file() else None
+
+    tree = source.cached_tree(manifest)
+    supported = preflight.supported_flavours(tree) if tree is not None else None
+    return preflight.check_strategies(manifest.strategies, facts_of, supported)
+
+
 def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
     """`invoke validate`: the manifest's plan in a few lines; with strict, every unpinned field is a problem."""
     problems = check_model_files(manifest, models_dir)
+    problems += model_preflight(manifest, models_dir) if not problems else []
     if strict:
         problems += unpinned(manifest)
     if problems:

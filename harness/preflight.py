@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from harness import KitError
 from harness.gguf_facts import ModelFacts
@@ -365,3 +366,25 @@ def _read_source(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def check_strategies(strategies: Iterable[Any], facts_of: Callable[[str], ModelFacts | None],
+                     supported: Mapping[str, bool] | Iterable[str] | None) -> list[str]:
+    """Every strategy's model files against its spec type, one line per problem (strategy named). `facts_of(key)`
+    gives a model's header facts, None when the file is not there yet (that strategy is skipped); `supported`
+    None means the image's flavours are unknown (every flavour is assumed)."""
+    problems: list[str] = []
+    seen: set[tuple[str, str, str | None]] = set()
+    for s in strategies:
+        key = (s.spec_type, s.model, s.draft)
+        if key in seen:
+            continue
+        seen.add(key)
+        target = facts_of(s.model)
+        draft = facts_of(s.draft) if s.draft else None
+        if target is None or (s.draft and draft is None):
+            continue
+        flavours = set(FLAVOURS) if supported is None else supported
+        for p in check(s.spec_type, target, draft, flavours, target_key=s.model, draft_key=s.draft or "draft"):
+            problems.append(f"strategies {s.id}: {p}")
+    return problems

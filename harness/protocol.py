@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import environment, interference
+from harness import environment, interference, serverlog
 from harness.client import MeasurementFailed, run_request
 from harness.engine import Engine
 from harness.files import now_iso
@@ -20,6 +20,8 @@ from harness.schema import FORMAT_VERSIONS
 from harness.server import Server, labels_for
 
 Emit = Callable[[dict[str, Any]], None]
+#: Log lines read after a request for the server's own statistics (printed at its end).
+SERVER_LOG_LINES = 200
 
 
 @dataclass
@@ -64,6 +66,13 @@ def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Serv
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
+def server_statistics(server: Server) -> dict[str, Any]:
+    """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
+    statistics and the speculative implementations it added with their parameters."""
+    parsed = serverlog.parse(server.log(tail=SERVER_LOG_LINES))
+    return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+
+
 def quiet(ctx: Context, engine: Engine) -> dict[str, Any]:
     q = environment.quiet_check(engine, ctx.run_id)
     for w in q["warnings"]:
@@ -101,6 +110,7 @@ class FreshContainer:
                 request_into(rec, ctx, engine, server, item)
                 t_done = time.monotonic()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
+                rec["server_log"] = server_statistics(server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
                                  "request_s": rec["client"]["request_s"],
                                  "probs_s": round(t_done - t_ready - rec["client"]["request_s"], 6)}
@@ -150,6 +160,7 @@ class ReuseServer:
                         request_into(rec, ctx, engine, server, item)
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
+                        rec["server_log"] = server_statistics(server)
                     except MeasurementFailed as e:
                         set_failure(rec, e)
                     rec["wall_s"] = round(time.monotonic() - t0, 6)

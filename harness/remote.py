@@ -269,6 +269,27 @@ class RemoteEngine(Engine):
             self._models_dir = f"{out.strip() or '/tmp'}/specbench/models"
         return self._models_dir
 
+    def read_head(self, path: Path, n: int) -> bytes:
+        """The first n bytes of a file on the host, as bytes (an exec channel: Fabric's run decodes text)."""
+        transport = self.conn.transport
+        if transport is None or not transport.is_active():
+            raise KitError(f"{self.name}: the SSH connection is down")
+        chan = transport.open_session(timeout=30)
+        try:
+            chan.exec_command(shlex.join(["head", "-c", str(int(n)), str(path)]))
+            chunks, got = [], 0
+            while got < n:
+                block = chan.recv(min(1 << 20, n - got))
+                if not block:
+                    break
+                chunks.append(block)
+                got += len(block)
+            if chan.recv_exit_status() != 0 and not got:
+                raise KitError(f"{self.name}: cannot read {path}")
+            return b"".join(chunks)
+        finally:
+            chan.close()
+
     def remote_sha256(self, path: str) -> str | None:
         code, out = self.run_host(["sha256sum", path], timeout=3600)
         return out.split()[0] if code == 0 and out.strip() else None

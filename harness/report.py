@@ -73,6 +73,9 @@ def _flags(c: dict[str, Any]) -> list[str]:
     phy = c["checks"].get("physics")
     if phy and phy["flagged"]:
         out.append("⚠ impossible")
+    spec = c["checks"].get("speculation")
+    if spec and spec["flagged"]:
+        out.append("⚠ no drafting")
     if c["runs_failed"]:
         out.append(f"✗ {c['runs_failed']} failed")
     return out
@@ -164,7 +167,8 @@ def _speedups(v: View) -> str:
 def _notes(v: View, c: dict[str, Any]) -> list[str]:
     who = f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}"
     out = [f"- {who}: {fm.md(x['sentence'])}" for k in ("contamination", "physics")
-           if (x := c["checks"].get(k)) and x["flagged"]]
+           if (x := c["checks"].get(k)) and x["flagged"] and k != "speculation"]
+    out += [f"- {who}: {fm.md(x['sentence'])}" for x in [c["checks"].get("speculation")] if x and x["flagged"]]
     out += [f"- {who} run {f['run_index']} failed: {fm.md(f['reason'])}" for f in c["failures"]]
     return out
 
@@ -219,8 +223,10 @@ def _acceptance(v: View) -> str:
             elif not c["draft_n"]:
                 row.append("nothing drafted")
             else:
+                mean_len = (c.get("server_mean_len") or {}).get("median")
                 row.append(f"{fm.pct(c['acceptance'])} of {c['draft_n']:,}, "
-                           f"{fm.num(c['tokens_per_pass']['median'])} tok/pass")
+                           f"{fm.num(c['tokens_per_pass']['median'])} tok/pass"
+                           + (f", mean len {fm.num(mean_len)}" if mean_len is not None else ""))
         rows.append(row)
     return _table(rows, ["task"] + [v.label(h, s) for h, s in cols])
 
@@ -313,7 +319,10 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
         parts.append("")
     parts += ["### Interference: other work on the host during each timed request", "", _interference(v), "",
               f"> {fm.md(summary['rules']['interference'], 1000)}", ""]
-    parts += ["### Acceptance and tokens per target pass", "", f"> {CAVEAT}", "", _acceptance(v), ""]
+    parts += ["### Acceptance and tokens per target pass", "", f"> {CAVEAT}", "",
+              "Accepted of drafted (the server's timings), tokens per target pass (predicted / (predicted - "
+              "accepted)), and the server's own mean accepted length per draft call where its log prints one.", "",
+              _acceptance(v), ""]
     parts += ["### Physics: the memory-bandwidth roofline", "",
               "Ceiling = bandwidth / target weight bytes (target passes per second). Speculative cells are listed "
               "only when flagged.", "", _physics(v), ""]

@@ -11,7 +11,7 @@ from typing import Any
 
 import docker.errors
 
-from harness import KitError, build, environment, models, probe, runmeta
+from harness import LABEL_PREFIX, KitError, build, environment, gguf_facts, models, preflight, probe, runmeta
 from harness import manifest as mf
 from harness.engine import Engine, LocalEngine
 from harness.executor import Executor
@@ -91,10 +91,10 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         manifest = mf.load(manifest_path)
         record = _image(manifest, engines)
     model_paths = models.ensure(manifest, models_dir, download=True, log=log)
-    from harness.doctor import preflight
+    from harness.doctor import require_ready
 
     for e in engines:
-        preflight(e, manifest, models_dir)
+        require_ready(e, manifest, models_dir)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
                      shuffle_seed=seed, aa_control=aa_control)
     if until is not None:
@@ -102,6 +102,8 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
     check_image(engines, record, log)
+    paths_by_host = {e.name: e.place_models(model_paths, log) for e in engines}
+    check_model_files(plan, engines, paths_by_host, record)
     protocol = PROTOCOLS["reuse-server" if reuse_server else "fresh-container"]()
     if meta is None:
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
@@ -110,14 +112,44 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
                                _bandwidth(manifest, engines), until, max_rounds, aa_control)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
-    return _execute(manifest, plan, engines, rd, protocol, record, model_paths, log, progress)
+    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress)
+
+
+def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
+    """The drafter flavours the image's llama.cpp knows (its label, read from the source at build time), or
+    None when the image predates the label."""
+    try:
+        label = engine.client.images.get(record["tag"]).labels.get(f"{LABEL_PREFIX}.spec-flavours")
+    except docker.errors.DockerException:
+        label = None
+    return None if label is None else {f for f in label.split(",") if f}
+
+
+def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str, dict[str, Path]],
+                      record: dict[str, Any]) -> None:
+    """The pre-flight of model files on every host, before any container starts: each strategy's files read from
+    their GGUF headers (over the host's connection, not whole) against its spec type and the image's flavours."""
+    for e in engines:
+        paths = paths_by_host[e.name]
+        cache: dict[str, Any] = {}
+
+        def facts_of(key: str, e: Engine = e, paths: dict[str, Path] = paths, cache: dict = cache):
+            if key not in cache:
+                where = f"{e.name}:{paths[key]}" if e.name != "local" else str(paths[key])
+                cache[key] = gguf_facts.facts_from_reader(lambda n: e.read_head(paths[key], n), where)
+            return cache[key]
+
+        problems = preflight.check_strategies(plan.strategies, facts_of, image_flavours(e, record))
+        if problems:
+            head = f"{e.name}: the model files do not fit their strategies (no container was started)"
+            raise KitError(head + (": " + problems[0] if len(problems) == 1 else
+                                   f"; {len(problems)} problems:\n  " + "\n  ".join(problems)))
 
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
-             record: dict[str, Any], model_paths: dict[str, Path], log: Callable[[str], None],
+             record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
              progress: bool) -> str:
-    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"],
-                  {e.name: e.place_models(model_paths, log) for e in engines}, lambda e, w: None)
+    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import LABEL_PREFIX, KitError, flags
+from harness import LABEL_PREFIX, KitError, flags, serverlog
 from harness.client import MeasurementFailed, get_status
 from harness.engine import Endpoint, Engine, Mount
 from harness.manifest import Manifest, Strategy, Task
 
 MODELS_MOUNT = "/models"
 HEALTH_POLL_S = 0.02
-LOG_TAIL_LINES = 20
+LOG_TAIL_LINES = 40
 
 
 @dataclass
@@ -87,8 +87,12 @@ def wait_ready(engine: Engine, container, endpoint: Endpoint, timeout_s: float) 
 
 
 def last_error_line(log: str) -> str:
-    """The telling part of a server log: its first and last error lines (llama.cpp marks them ' E '),
-    else the last line that mentions an error, else the last line."""
+    """The telling part of a server log: the abort or load error that explains it (harness/serverlog.py), else
+    its first and last error lines (llama.cpp marks them ' E '), else the last line that mentions an error,
+    else the last line."""
+    reason, detail = serverlog.failure(log.splitlines())
+    if reason:
+        return (f"{reason} ({detail})" if detail else reason)[:400]
     lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
     marked = [ln for ln in lines if " E " in f" {ln} "[:40]]
     if marked:
@@ -139,7 +143,8 @@ class Server:
         tail = self.log()
         state = self.engine.status(self.container) if self.container else "removed"
         if state in ("exited", "dead", "removed"):
-            reason = f"server container {state} during the request: {reason}"
+            why = serverlog.failure(tail.splitlines())[0]
+            reason = f"server container {state} during the request: {why or reason}"
         return MeasurementFailed(reason, tail)
 
     def __exit__(self, *exc: Any) -> None:

@@ -152,6 +152,13 @@ def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = 
                       ident.build_number or 0, ident.commit or f"sdist-{sd.sha256[:12]}")
 
 
+def cached_tree(manifest: Manifest, cache: Path = CACHE) -> Path | None:
+    """The manifest's pinned sdist tree when it has been fetched already (nothing is downloaded)."""
+    sd = manifest.llama_cpp.sdist
+    tree = cache / "src" / f"sdist-{sd.sha256[:16]}" if sd is not None else None
+    return tree if tree is not None and (tree / ".specbench-complete").exists() else None
+
+
 def _git(args: list[str], cwd: Path | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:

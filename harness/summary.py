@@ -100,6 +100,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                     cell["checks"]["physics"] = v.as_dict()
                 cells.append(cell)
         _determinism(cells, by_cell, host, meta)
+    _speculation(cells, records, meta)
     return {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
         "protocol": meta.protocol, "manifest": {"name": meta.manifest["name"], "sha256": meta.manifest["sha256"]},
@@ -186,7 +187,31 @@ def _cell(host: str, s: Any, task: str, recs: list[dict[str, Any]], kept: set[in
                      for w in (cs.warnings if cs is not None else [])],
         "checks": {"contamination": {"check": "contamination", "flagged": con.flagged, "sentence": con.sentence,
                                      "data": {"kind": con.kind, **con.evidence}}} if con is not None else {},
+        "server_mean_len": describe([((r.get("server_log") or {}).get("draft_acceptance") or {}).get("mean_len")
+                                     for r in ok]),
     }
+
+
+def _speculation(cells: list[dict[str, Any]], records: list[dict[str, Any]], meta: RunMeta) -> None:
+    """A speculative strategy whose server drafted nothing in any run of any task did not speculate (a draft model
+    given with the wrong spec type, a type the build ignores): its row would be a baseline under another name.
+    (One task without drafts is a result: an n-gram table finds nothing to copy in some texts.)"""
+    for host in meta.plan.hosts:
+        for s in meta.planned_strategies():
+            ok = [r for r in records if r["status"] == "ok" and r["host"] == host and r["strategy"] == s.id]
+            if not s.speculative or not ok:
+                continue
+            drafted = sum(r["server"]["draft_n"] for r in ok)
+            impls = sorted({i for r in ok for i in (r.get("server_log") or {}).get("implementations", [])})
+            sentence = (f"speculation ran: drafted {drafted:,} tokens over {len(ok)} runs" if drafted else
+                        f"speculation did not run: draft_n absent in all {len(ok)} runs of every task "
+                        f"(--spec-type {s.spec_type}; the server added "
+                        + (", ".join(impls) if impls else "no speculative implementation") + ")")
+            check = {"check": "speculation", "flagged": not drafted, "sentence": sentence,
+                     "data": {"drafted": drafted, "runs": len(ok), "implementations": impls}}
+            for c in cells:
+                if c["host"] == host and c["strategy"] == s.id:
+                    c["checks"]["speculation"] = check
 
 
 def interference_summary(records: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:

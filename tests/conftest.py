@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import ROOT, KitError
+from harness import ROOT, KitError, generate
 from harness import build as bd
 from harness import manifest as mf
 from harness import models as md
@@ -58,7 +58,7 @@ def models_dir(tmp_path_factory) -> Path:
     """The demo's tiny models, generated once for the session."""
     d = tmp_path_factory.mktemp("models")
     md.ensure(mf.load(DEMO), d, download=False, log=lambda s: None)
-    md.write_tiny(d / "tiny-foreign.gguf", "tiny-foreign", 7)
+    generate.write_tiny(d / "tiny-foreign.gguf", "tiny-foreign", 7)
     return d
 
 

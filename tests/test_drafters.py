@@ -11,7 +11,7 @@ import pytest
 from harness import KitError
 from harness import drafters as dr
 from harness import gguf_facts as gf
-from harness.models import write_tiny
+from harness.generate import write_tiny
 
 
 def _sha(p) -> str:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from harness import KitError
 from harness import gguf_facts as gf
 from harness.drafters import write_generated
-from harness.models import _vocab
+from harness.generate import _vocab
 
 KINDS = {"tiny-target": 0.1, "tiny-dflash2": 0.1, "tiny-dspark": 0.1, "tiny-eagle3": 0.1, "tiny-mtp-target": 0.3}
 

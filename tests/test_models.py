@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from harness import KitError
+from harness import KitError, generate
 from harness import manifest as mf
 from harness import models as md
 from tests.conftest import DEMO
@@ -18,9 +18,9 @@ def _sha(p):
 
 
 def test_generation_is_deterministic(tmp_path):
-    a = md.write_tiny(tmp_path / "a.gguf", "tiny-target", 7, 0.1)
-    b = md.write_tiny(tmp_path / "b.gguf", "tiny-target", 7, 0.1)
-    c = md.write_tiny(tmp_path / "c.gguf", "tiny-target", 8, 0.1)
+    a = generate.write_tiny(tmp_path / "a.gguf", "tiny-target", 7, 0.1)
+    b = generate.write_tiny(tmp_path / "b.gguf", "tiny-target", 7, 0.1)
+    c = generate.write_tiny(tmp_path / "c.gguf", "tiny-target", 8, 0.1)
     assert _sha(a) == _sha(b) != _sha(c)
     assert 5e6 < a.stat().st_size < 20e6
 
@@ -35,9 +35,9 @@ def test_pinned_sha256_in_demo_manifest_matches_generation(tmp_path):
 def test_draft_shares_target_vocabulary_and_weights(tmp_path):
     import gguf
 
-    t = gguf.GGUFReader(md.write_tiny(tmp_path / "t.gguf", "tiny-target", 7))
-    d = gguf.GGUFReader(md.write_tiny(tmp_path / "d.gguf", "tiny-draft", 7))
-    f = gguf.GGUFReader(md.write_tiny(tmp_path / "f.gguf", "tiny-foreign", 7))
+    t = gguf.GGUFReader(generate.write_tiny(tmp_path / "t.gguf", "tiny-target", 7))
+    d = gguf.GGUFReader(generate.write_tiny(tmp_path / "d.gguf", "tiny-draft", 7))
+    f = gguf.GGUFReader(generate.write_tiny(tmp_path / "f.gguf", "tiny-foreign", 7))
 
     def tokens(r):
         fld = r.fields["tokenizer.ggml.tokens"]

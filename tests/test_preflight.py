@@ -15,7 +15,7 @@ from harness import drafters as dr
 from harness import gguf_facts as gf
 from harness import manifest as mf
 from harness import preflight as pf
-from harness.models import _vocab, write_tiny
+from harness.generate import _vocab, write_tiny
 from tests.conftest import DEMO
 
 ALL = {f: True for f in pf.FLAVOURS}

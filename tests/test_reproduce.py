@@ -13,7 +13,7 @@ import tarfile
 import pytest
 import yaml
 
-from harness import ROOT, KitError, runner
+from harness import ROOT, KitError, generate, runner
 from harness import bundle as bu
 from harness import compare as cmp
 from harness import manifest as mf
@@ -31,7 +31,7 @@ def _hf_manifest(tmp_path, sha256):
 
 
 def test_hub_download_verified_and_mismatch_refused(tmp_path, monkeypatch):
-    data = md.write_tiny(tmp_path / "src.gguf", "tiny-draft", 3).read_bytes()
+    data = generate.write_tiny(tmp_path / "src.gguf", "tiny-draft", 3).read_bytes()
     good = hashlib.sha256(data).hexdigest()
     with FakeHub({"org/tiny/t.gguf": data}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)

@@ -74,7 +74,7 @@ def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
 
 def _trap_manifest(tmp_path, runs=3):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] == "ngram-mod"]
+    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("ngram-mod", "ngram-cache")]
     raw["tasks"] = [{"id": "code-edit", "prompt_file": "tasks/code-edit.md", "n_predict": 256}]
     raw["runs"] = runs
     return write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "trap.yaml")
@@ -86,8 +86,17 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
                 seed=1, progress=False, log=lambda s: None)
     runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="fresh", seed=1, progress=False,
                 log=lambda s: None)
-    naive = sorted(_records(tmp_path / "r" / "naive"), key=lambda r: r["order"])
-    fresh = sorted(_records(tmp_path / "r" / "fresh"), key=lambda r: r["order"])
+    naive_all = sorted(_records(tmp_path / "r" / "naive"), key=lambda r: r["order"])
+    fresh_all = sorted(_records(tmp_path / "r" / "fresh"), key=lambda r: r["order"])
+    # ngram-cache (llama.cpp #27852 says it carries state too): one server for all its runs, flagged naive with
+    # its counts as evidence; in fresh containers its counts are the first request's every time
+    cache_naive = [r for r in naive_all if r["strategy"] == "ngram-cache"]
+    cache_fresh = [r for r in fresh_all if r["strategy"] == "ngram-cache"]
+    assert len({r["container_id"] for r in cache_naive}) == 1 and len({r["container_id"] for r in cache_fresh}) == 3
+    assert {(r["server"]["draft_n"], r["server"]["draft_n_accepted"]) for r in cache_fresh} == \
+        {(cache_naive[0]["server"]["draft_n"], cache_naive[0]["server"]["draft_n_accepted"])}
+    naive = [r for r in naive_all if r["strategy"] == "ngram-mod"]
+    fresh = [r for r in fresh_all if r["strategy"] == "ngram-mod"]
     assert len({r["container_id"] for r in naive}) == 1 and len({r["container_id"] for r in fresh}) == 3
     nd = [r["server"]["draft_n"] for r in naive]
     fd = [r["server"]["draft_n"] for r in fresh]
@@ -111,6 +120,10 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     fresh_check = fresh_cell["checks"]["contamination"]
     assert fresh_check["data"]["kind"] in ("none", "drift", "unstable"), fresh_check
     assert fresh_check["data"]["fingerprint"]["identical"], fresh_check
+    cache_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"]
+                      if c["strategy"] == "ngram-cache")
+    assert cache_cell["checks"]["contamination"]["data"]["kind"] == "naive"
+    assert "drafted/accepted" in cache_cell["checks"]["contamination"]["sentence"]
 
 
 def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, models_dir):

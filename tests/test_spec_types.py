@@ -144,3 +144,94 @@ def test_rule_catches_what_the_server_runs_silently_as_something_else(docker_cli
                                                 "--spec-type", "draft-dflash"], PROMPT, 32)
     assert o.content is not None and o.parsed["failure"] is None and o.draft_n > 0
     assert o.parsed["implementations"] == ["draft-dflash"]
+
+
+# ---------------------------------------------------------------- the same, through the kit
+
+
+def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
+    """The demo's strategies (every spec type of the pinned build) on one task, one fresh container each:
+    every speculative strategy drafts, its record is schema-valid, and it is compared with the baseline of its
+    own target (the MTP row with the MTP target's baseline)."""
+    import yaml
+
+    from harness import runner, schema
+    from harness.results import RunDir
+    from harness.summary import summarize
+    from tests.conftest import DEMO, write_manifest
+
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "code-gen"]
+    raw["runs"] = 1
+    path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "types.yaml")
+    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="types", seed=3,
+                     progress=False, log=lambda s: None)
+    assert "12 ok, 0 failed" in out
+    recs = {r["strategy"]: r for r in RunDir.open(tmp_path / "r" / "types").measurements()}
+    types = {s["id"]: s["spec_type"] for s in raw["strategies"]}
+    assert set(types.values()) == {"none", "draft-simple", "draft-dflash", "draft-dspark", "draft-eagle3",
+                                   "draft-mtp", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+                                   "ngram-cache"}
+    for sid, r in recs.items():
+        assert schema.errors("result", r) == []
+        if types[sid] != "none":
+            assert r["server"]["draft_n"] > 0, (sid, r["server"])
+            assert types[sid] in r["server_log"]["implementations"], (sid, r["server_log"])
+    assert recs["mtp"]["server_command"][2].endswith("tiny-mtp-target.gguf")
+    s = summarize(RunDir.open(tmp_path / "r" / "types"))
+    cells = {c["strategy"]: c for c in s["cells"]}
+    assert cells["mtp"]["checks"]["determinism"]["data"]["baseline"] == "baseline-mtp"
+    assert cells["dflash2"]["checks"]["determinism"]["data"]["baseline"] == "baseline"
+    assert cells["mtp"]["baseline"] == "baseline-mtp" and cells["eagle3"]["baseline"] == "baseline"
+    assert not any(c["checks"]["speculation"]["flagged"] for c in s["cells"] if "speculation" in c["checks"])
+    # the physics of each row follows its own target's bytes
+    assert cells["mtp"]["checks"]["physics"]["data"]["weight_bytes"] != \
+        cells["eagle3"]["checks"]["physics"]["data"]["weight_bytes"]
+
+
+def test_preflight_refuses_before_any_container(tmp_path, demo_image, models_dir, docker_client):
+    import yaml
+
+    from harness import KitError, runner
+    from tests.conftest import DEMO, write_manifest
+
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"},
+                         {"id": "mislabelled", "spec_type": "draft-dflash", "draft": "dspark"}]
+    raw["tasks"] = raw["tasks"][:1]
+    path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "bad.yaml")
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    with pytest.raises(KitError, match=r"strategies mislabelled: models\.dspark .*a dspark file under spec type "
+                                       r"draft-dflash"):
+        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="bad", progress=False,
+                   log=lambda s: None)
+    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert not (tmp_path / "r" / "bad").exists()
+
+
+def test_abort_at_start_is_a_recorded_failure_with_the_abort_line(tmp_path, demo_image, models_dir, monkeypatch):
+    import shutil
+
+    import yaml
+
+    from harness import runner
+    from harness.results import RunDir
+    from tests.conftest import DEMO, write_manifest
+
+    monkeypatch.setattr(dr, "DFLASH2_CONV_KERNEL", 16)
+    (tmp_path / "m").mkdir()
+    dr.write_gguf(tmp_path / "m" / "k16.gguf", dr.drafter_parts("tiny-dflash2"))
+    shutil.copy(models_dir / "tiny-target.gguf", tmp_path / "m" / "tiny-target.gguf")
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["models"] = {"target": {"file": "m/tiny-target.gguf"}, "k16": {"file": "m/k16.gguf"}}
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"},
+                         {"id": "k16", "spec_type": "draft-dflash", "draft": "k16"}]
+    raw["tasks"] = raw["tasks"][:1]
+    raw["runs"] = 1
+    path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "k16.yaml")
+    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="k16", progress=False,
+                     log=lambda s: None)
+    assert "1 ok, 1 failed" in out
+    rec = next(r for r in RunDir.open(tmp_path / "r" / "k16").measurements() if r["strategy"] == "k16")
+    assert rec["failure"]["phase"] == "load"
+    assert "GGML_ASSERT(obj_new) failed" in rec["failure"]["reason"], rec["failure"]
