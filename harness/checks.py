@@ -22,9 +22,9 @@ class Verdict:
         return asdict(self)
 
 
-def roofline_passes_per_s(bandwidth_gbs: float, weight_bytes: int) -> float:
-    """Target forward passes per second the memory bandwidth allows: every pass reads every weight once."""
-    return bandwidth_gbs * 1e9 / weight_bytes
+def roofline_passes_per_s(bandwidth_gbs: float, bytes_per_pass: float) -> float:
+    """Target forward passes per second the memory bandwidth allows, when every pass reads `bytes_per_pass`."""
+    return bandwidth_gbs * 1e9 / bytes_per_pass
 
 
 def tokens_per_pass(predicted_n: int, draft_n_accepted: int) -> float | None:
@@ -33,22 +33,28 @@ def tokens_per_pass(predicted_n: int, draft_n_accepted: int) -> float | None:
     return predicted_n / passes if passes > 0 else None
 
 
-def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes: int, baseline: bool,
-            bandwidth_source: str = "published") -> Verdict:
-    """Is a throughput possible? A baseline above the roofline, or implied passes/s above it, is not."""
-    ceiling = roofline_passes_per_s(bandwidth_gbs, weight_bytes)
+def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes: float, baseline: bool,
+            bandwidth_source: str = "published", pass_bytes: dict[str, Any] | None = None,
+            rule: str | None = None) -> Verdict:
+    """Is a throughput possible? Implied target passes per second (tok/s over tokens per pass) above bandwidth /
+    bytes per pass is not. `pass_bytes` (harness/passbytes.py: weights, KV at depth, draft) refines the bytes
+    when the headers were read; else the file's weight bytes stand for them."""
+    total = float(pass_bytes["total"]) if pass_bytes and pass_bytes.get("total") else float(weight_bytes)
+    ceiling = roofline_passes_per_s(bandwidth_gbs, total)
     per_pass = 1.0 if baseline or not tpp else tpp
     implied = tok_s / per_pass
     fraction = implied / ceiling
+    rule = rule or f"{weight_bytes / 1e6:,.2f} MB of weights per target pass"
     data = {"tok_s": tok_s, "tokens_per_pass": per_pass, "implied_passes_s": round(implied, 3),
             "ceiling_passes_s": round(ceiling, 3), "fraction": round(fraction, 4), "bandwidth_gbs": bandwidth_gbs,
-            "bandwidth_source": bandwidth_source, "weight_bytes": weight_bytes}
+            "bandwidth_source": bandwidth_source, "weight_bytes": weight_bytes, "bytes_per_pass": round(total),
+            "pass_bytes": pass_bytes, "rule": rule}
     if implied > ceiling:
         return Verdict("physics", True, f"physically impossible: implies {implied:,.1f} passes/s, ceiling "
-                       f"{ceiling:,.1f} ({bandwidth_gbs:g} GB/s {bandwidth_source} / "
-                       f"{weight_bytes / 1e9:.3g} GB of weights)", data)
+                       f"{ceiling:,.1f} ({bandwidth_gbs:g} GB/s {bandwidth_source} / {rule})", data)
     what = "of the roofline" if baseline else "of the roofline in target passes"
-    return Verdict("physics", False, f"{fraction:.0%} {what} ({implied:,.1f} of {ceiling:,.1f} passes/s)", data)
+    return Verdict("physics", False, f"{fraction:.0%} {what} ({implied:,.1f} of {ceiling:,.1f} passes/s; {rule})",
+                   data)
 
 
 def margin_rank(margins: list[float | None], index: int) -> int | None:

@@ -238,10 +238,14 @@ def _physics(v: View) -> str:
         if not x or (v.kinds[c["strategy"]]["baseline"] is not None and not x["flagged"]):
             continue
         d = x["data"]
+        pb = d.get("pass_bytes") or {}
         rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]), fm.num(d["tok_s"]),
-                     fm.num(d["tokens_per_pass"]), fm.num(d["implied_passes_s"], 1), fm.num(d["ceiling_passes_s"], 1),
-                     fm.pct(d["fraction"]), "⚠ " + fm.md(x["sentence"]) if x["flagged"] else "ok"])
-    return _table(rows, ["strategy", "task", "tok/s", "tok/pass", "passes/s", "ceiling", "of roofline", "verdict"])
+                     fm.num(d["tokens_per_pass"]), fm.size(pb.get("weights", d["weight_bytes"])), fm.size(pb.get("kv")),
+                     fm.size(pb.get("draft")) if pb.get("draft") else "-", fm.size(d.get("bytes_per_pass")),
+                     fm.num(d["implied_passes_s"], 1), fm.num(d["ceiling_passes_s"], 1), fm.pct(d["fraction"]),
+                     "⚠ " + fm.md(x["sentence"]) if x["flagged"] else "ok"])
+    return _table(rows, ["strategy", "task", "tok/s", "tok/pass", "weights", "KV at depth", "draft", "per pass",
+                         "passes/s", "ceiling", "of roofline", "verdict"])
 
 
 def _latency(v: View) -> str:
@@ -324,8 +328,11 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
               "accepted)), and the server's own mean accepted length per draft call where its log prints one.", "",
               _acceptance(v), ""]
     parts += ["### Physics: the memory-bandwidth roofline", "",
-              "Ceiling = bandwidth / target weight bytes (target passes per second). Speculative cells are listed "
-              "only when flagged.", "", _physics(v), ""]
+              "Ceiling = bandwidth / bytes one target pass reads (its weights, or for a mixture of experts the shared "
+              "weights and the routed experts; the KV cache at the decode depth; the draft's weights times its "
+              "steps per pass), read from the GGUF headers; implied passes/s = tok/s / tokens per pass. A figure "
+              "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
+              _physics(v), ""]
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
     conc = _concurrency(v)
     if conc:

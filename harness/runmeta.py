@@ -142,7 +142,17 @@ def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
     else:
         src = {"file": model.file}
     return {"file": path.name, "sha256": model.sha256 or file_sha256(path), "size_bytes": path.stat().st_size,
-            "quantization": model.quantization, "source": src}
+            "quantization": model.quantization, "source": src, "reads": _reads(path)}
+
+
+def _reads(path: Any) -> dict[str, Any] | None:
+    """What one pass of this model reads, from its GGUF header (None for a file that is not GGUF)."""
+    from harness import KitError, gguf_facts, passbytes
+
+    try:
+        return passbytes.model_reads(gguf_facts.read_facts(path)).as_dict()
+    except (KitError, OSError, ValueError):
+        return None
 
 
 def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],

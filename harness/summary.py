@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from harness import checks, interference, stats
+from harness import checks, interference, passbytes, stats
 from harness.results import RunDir
 from harness.runmeta import RunMeta
 from harness.schema import FORMAT_VERSIONS
@@ -95,8 +95,10 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                                     "expected": expected})
                 cell = _cell(host, s, t.id, recs, kept, run_stats.cell(host, s.id, t.id))
                 if cell["decode_tok_s"]["median"] is not None:
+                    pb = pass_bytes(meta, s, [r for r in recs if r["status"] == "ok"])
                     v = checks.physics(cell["decode_tok_s"]["median"], cell["tokens_per_pass"]["median"], bw,
-                                       meta.models[s.model]["size_bytes"], not s.speculative, bw_source)
+                                       meta.models[s.model]["size_bytes"], not s.speculative, bw_source,
+                                       pb.as_dict() if pb else None, pb.rule() if pb else None)
                     cell["checks"]["physics"] = v.as_dict()
                 cells.append(cell)
         _determinism(cells, by_cell, host, meta)
@@ -136,6 +138,28 @@ def _convergence(meta: RunMeta, records: list[dict[str, Any]], baselines: dict[s
             "not_converged": [{"host": c.host, "strategy": c.strategy, "task": c.task, "rounds": c.rounds,
                                "half_width": c.half_width, "rounds_estimate": c.rounds_estimate}
                               for c in conv.cells if not c.converged]}
+
+
+def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.PassBytes | None:
+    """What one target pass of this cell read (harness/passbytes.py): the target's weights, the KV cache at the
+    median decode depth, and the draft's weights times its steps per pass; None without header facts."""
+    reads = (meta.models.get(s.model) or {}).get("reads")
+    if not reads or not ok:
+        return None
+    target = passbytes.ModelReads(**reads)
+    draft_reads = (meta.models.get(s.draft) or {}).get("reads") if s.draft else None
+    draft = passbytes.ModelReads(**draft_reads) if draft_reads else None
+    depths, steps = [], []
+    for r in ok:
+        sv = r["server"]
+        depths.append((sv.get("prompt_n") or 0) + (sv.get("predicted_n") or 0) / 2)
+        passes = (sv.get("predicted_n") or 0) - sv["draft_n_accepted"]
+        calls = ((r.get("server_log") or {}).get("statistics") or {}).get(s.spec_type, {}).get("calls_draft")
+        steps.append(passbytes.draft_steps(s.spec_type, sv["draft_n"], passes, calls))
+    k, v = passbytes.cache_types(ok[0].get("server_command") or [])
+    return passbytes.per_pass(target, statistics.median(depths), k_type=k, v_type=v, draft=draft,
+                              steps=statistics.median(steps) if s.speculative else 0.0,
+                              mtp=s.spec_type == "draft-mtp")
 
 
 def _geomean(g: stats.Speedup) -> dict[str, Any]:
