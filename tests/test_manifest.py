@@ -46,7 +46,10 @@ def test_spark_manifest_is_the_study():
     assert list(m.server_args) == ["-ngl", "999", "-ngld", "999", "-c", "32768", "--parallel", "1"]
     types = {s.id: s.spec_type for s in m.strategies}
     assert types == {"baseline": "none", "draft-2b": "draft-simple", "dspark": "draft-dspark",
-                     "dflash2": "draft-dflash"}
+                     "dflash2": "draft-dflash", "moe": "none"}
+    # the MoE row runs on its own target and is measured against the dense baseline, as the study did
+    assert m.strategy("moe").model == "moe" and m.baseline_for(m.strategy("moe")).id == "baseline"
+    assert m.endpoint == "chat"
     assert "--spec-draft-p-min" in m.strategy("draft-2b").args
     assert m.target.hf.repo == "unsloth/Qwen3.8-27B-GGUF" and m.target.size_bytes == 17_500_000_000
     assert m.models["dflash2"].hf.repo == "incoai/Qwen3.8-27B-DFlash2-GGUF"
