@@ -162,7 +162,7 @@ def _invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_cli_validate_ok_and_bad(tmp_path):
     ok = _invoke("validate")
     assert ok.returncode == 0, ok.stderr
-    assert "4 strategies x 8 tasks x 3 runs = 96 measurements" in ok.stdout
+    assert "12 strategies x 8 tasks x 3 runs = 288 measurements" in ok.stdout
     raw = yaml.safe_load(DEMO.read_text())
     raw["strategies"][2]["spec_type"] = "dflash3"
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "bad.yaml")
