@@ -99,7 +99,8 @@ def extract(archive: Path, dest: Path, limits: Limits = Limits()) -> list[PurePo
                 files.append(rel)
     except (tarfile.TarError, EOFError, OSError) as e:
         _cleanup(dest, created)
-        raise KitError(f"{source}: not a readable archive ({type(e).__name__}: {str(e)[:200]})") from None
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise KitError(f"{source}: not a readable tar archive ({type(e).__name__}: {first})") from None
     except BaseException:
         _cleanup(dest, created)
         raise

@@ -129,7 +129,7 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
         f"{LABEL_PREFIX}.recipe-sha256": recipe,
         f"{LABEL_PREFIX}.plan-key": digest,
     }
-    if source.path.is_dir():  # read from the source itself: what its loader knows (the pre-flight checks it)
+    if (source.path / "src").is_dir():  # read from the source itself: what its loader knows (the pre-flight checks it)
         labels[f"{LABEL_PREFIX}.spec-flavours"] = preflight.flavour_label(preflight.supported_flavours(source.path))
     if backend == "cuda" and manifest.build.cuda_architectures == "121":
         notes.append("CUDA arch 121 is the GB10 (DGX Spark); it needs CUDA 12.9 or newer")

@@ -143,7 +143,10 @@ def open_bundle(path: Path, dest: Path) -> tuple[Path, Path]:
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise KitError(f"{dest}: not empty; the bundle is unpacked into a new folder")
-    extracted = archive.extract(path, dest, archive.BUNDLE_LIMITS)
+    try:
+        extracted = archive.extract(path, dest, archive.BUNDLE_LIMITS)
+    except KitError as e:
+        raise KitError(f"{path}: not a specbench bundle: {str(e).split(': ', 1)[-1]}") from None
     try:
         roots = {p.parts[0] for p in extracted}
         if len(roots) != 1:

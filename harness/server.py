@@ -16,6 +16,8 @@ from harness.manifest import Manifest, Strategy, Task
 MODELS_MOUNT = "/models"
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
+#: After a failed request, how long to wait for a dying container to be reported exited.
+EXIT_GRACE_S = 2.0
 
 
 @dataclass
@@ -140,8 +142,12 @@ class Server:
 
     def check_alive(self, reason: str) -> MeasurementFailed:
         """Turn a request failure into one that says whether the server died, with its log tail."""
-        tail = self.log()
         state = self.engine.status(self.container) if self.container else "removed"
+        deadline = time.monotonic() + EXIT_GRACE_S
+        while state == "running" and time.monotonic() < deadline:  # a killed server takes a moment to be "exited"
+            time.sleep(0.1)
+            state = self.engine.status(self.container)
+        tail = self.log()
         if state in ("exited", "dead", "removed"):
             why = serverlog.failure(tail.splitlines())[0]
             reason = f"server container {state} during the request: {why or reason}"
