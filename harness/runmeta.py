@@ -224,7 +224,8 @@ def _result_from_v1(rec: dict[str, Any]) -> dict[str, Any]:
     """Format 1 records had one prompt per task and one target: name them."""
     rec = dict(rec)
     rec.setdefault("model", "target")
-    rec.setdefault("prompt", rec["task"])
+    if "task" in rec:
+        rec.setdefault("prompt", rec["task"])
     if isinstance(rec.get("quiet"), dict):
         q = dict(rec["quiet"])
         q["warnings"] = [{"kind": "busy", "sentence": w} if isinstance(w, str) else w for w in q.get("warnings", [])]
