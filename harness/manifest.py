@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from harness import KitError, schema
+from harness.pypi_models import PypiModel
 
 #: Strategies of these types load a second model with -md.
 DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
@@ -103,6 +104,14 @@ class Generator:
 
 
 @dataclass(frozen=True)
+class Derivation:
+    """A model made from another model of the manifest: its first `layer_skip` blocks."""
+
+    parent: str
+    layer_skip: int
+
+
+@dataclass(frozen=True)
 class ModelFile:
     key: str
     file: str
@@ -112,6 +121,8 @@ class ModelFile:
     sha256: str | None
     size_bytes: int | None
     quantization: str | None = None
+    pypi: PypiModel | None = None
+    derive: Derivation | None = None
 
     def local_path(self, models_dir: Path) -> Path:
         """Where the file is (or will be) on this machine."""
@@ -297,14 +308,20 @@ def _build(path: Path, where: str, raw: dict[str, Any], text: str, check_files: 
     models: dict[str, ModelFile] = {}
     for key, m in raw["models"].items():
         fp = f"models.{key}"
-        given = [k for k in ("hf", "generate") if k in m]
+        given = [k for k in ("hf", "generate", "pypi", "derive") if k in m]
         if len(given) > 1:
-            raise fail(fp, "give one of hf, generate (or neither, for a local file), not both")
+            raise fail(fp, f"give one of hf, generate, pypi, derive (or none, for a local file), not {given}")
+        if "pypi" in m and not m.get("sha256"):
+            raise fail(f"{fp}.sha256", "a model assembled from PyPI packages must pin its sha256")
+        parent = m.get("derive", {}).get("from")
+        if parent is not None and (parent not in raw["models"] or "derive" in raw["models"][parent]):
+            raise fail(f"{fp}.derive.from", f"expected one of the models that is not itself derived, got {parent!r}")
         mpath = (folder / m["file"]).resolve() if "/" in m["file"] else None
         hf = HfRef(m["hf"]["repo"], m["hf"]["file"], m["hf"].get("revision")) if "hf" in m else None
         gen = Generator(**m["generate"]) if "generate" in m else None
         models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
-                                m.get("quantization"))
+                                m.get("quantization"), PypiModel.from_manifest(m["pypi"]) if "pypi" in m else None,
+                                Derivation(m["derive"]["from"], m["derive"]["layer_skip"]) if "derive" in m else None)
 
     strategies: list[Strategy] = []
     seen: dict[str, int] = {}

