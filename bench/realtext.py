@@ -60,6 +60,7 @@ class Result:
     text: str
     load: float
     timings: dict = field(default_factory=dict)
+    round: int = 0
 
 
 def server_cmd(port: int, threads: int, s: Strategy, target: Path) -> list[str]:
@@ -138,6 +139,7 @@ def matrix(eng, image, models, target, strategies, tasks, runs, n_predict, threa
         for s, t in cells:
             with Server(eng, image, models, s, target, threads) as srv:
                 r = srv.ask((MANIFESTS / "tasks" / f"{t}.md").read_text(encoding="utf-8"), n_predict, s, t)
+            r.round = rnd
             out.append(r)
             acc = f" draft {r.accepted}/{r.draft_n}" if r.draft_n else ""
             print(f"  round {rnd + 1} {t:10s} {s.id:16s} {r.tok_s:6.1f} tok/s{acc}  (load {r.load:.1f})",
@@ -147,7 +149,7 @@ def matrix(eng, image, models, target, strategies, tasks, runs, n_predict, threa
 
 def report(results: list[Result], strategies: list[Strategy], tasks: list[str]) -> None:
     med = statistics.median
-    print(f"\n{'task':10s} {'strategy':16s} {'tok/s med':>9s} {'[min-max]':>13s} {'speedup':>7s} "
+    print(f"\n{'task':10s} {'strategy':16s} {'tok/s med':>9s} {'[min-max]':>13s} {'speedup':>7s} {'paired':>6s} "
           f"{'accepted/drafted':>17s} {'acc%':>5s} {'= base':>6s} {'load':>5s}")
     for t in tasks:
         base = [r for r in results if r.task == t and r.strategy == "baseline"]
@@ -159,9 +161,13 @@ def report(results: list[Result], strategies: list[Strategy], tasks: list[str]) 
             m = med(r.tok_s for r in rs)
             dn, an = sum(r.draft_n for r in rs), sum(r.accepted for r in rs)
             same = all(r.text == base[0].text for r in rs) if base else None
+            by_round = {b.round: b.tok_s for b in base}
+            # per-round ratio to the same round's baseline: the machine's drift between rounds cancels
+            paired = med(r.tok_s / by_round[r.round] for r in rs) if all(r.round in by_round for r in rs) and base \
+                else float("nan")
             spread = f"[{min(r.tok_s for r in rs):.1f}-{max(r.tok_s for r in rs):.1f}]"
             print(f"{t:10s} {s.id:16s} {m:9.1f} {spread:>13s} "
-                  f"{(m / base_med if base_med else float('nan')):7.2f} {f'{an}/{dn}':>17s} "
+                  f"{(m / base_med if base_med else float('nan')):7.2f} {paired:6.2f} {f'{an}/{dn}':>17s} "
                   f"{(100 * an / dn if dn else 0):5.0f} {('yes' if same else 'no'):>6s} "
                   f"{med(r.load for r in rs):5.1f}")
     for t in tasks:
