@@ -170,6 +170,12 @@ def report(results: list[Result], strategies: list[Strategy], tasks: list[str]) 
                   f"{(m / base_med if base_med else float('nan')):7.2f} {paired:6.2f} {f'{an}/{dn}':>17s} "
                   f"{(100 * an / dn if dn else 0):5.0f} {('yes' if same else 'no'):>6s} "
                   f"{med(r.load for r in rs):5.1f}")
+    cores = os.cpu_count() or 1
+    busy = med(r.load for r in results)
+    if busy > cores:
+        print(f"\nwarning: the load average (median {busy:.1f}) was above the {cores} cores: the server's threads "
+              "waited for each other behind other work, so the rates are the machine's contention as much as the "
+              "strategies'; the accepted/drafted counts do not depend on it")
     for t in tasks:
         base = [r for r in results if r.task == t and r.strategy == "baseline"]
         if base:
