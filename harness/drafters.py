@@ -27,7 +27,6 @@ carry the target's vocabulary, with `<unk>` as DFlash's mask token.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,19 @@ from typing import Any
 import numpy as np
 
 from harness import KitError
-from harness.generate import CTX, EMBED, FF, HEADS, TARGET_LAYERS, Vocab, _masked_rows, _vocab, _weights, write_tiny
+from harness.generate import (
+    CTX,
+    EMBED,
+    FF,
+    HEADS,
+    TARGET_LAYERS,
+    Vocab,
+    _masked_rows,
+    _vocab,
+    _weights,
+    finish,
+    write_tiny,
+)
 
 #: Generator kinds of `harness.models.write_tiny` (a target, its draft-simple draft, a foreign-vocabulary draft).
 TINY_KINDS = ("tiny-target", "tiny-draft", "tiny-foreign")
@@ -406,14 +417,8 @@ def write_gguf(path: Path, parts: GgufParts, *, vocab: Vocab | None = None) -> P
         writer.add_mask_token_id(MASK_TOKEN_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    for tname in sorted(parts.tensors, key=_tensor_order):
-        writer.add_tensor(tname, _f32(parts.tensors[tname]))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(partial, path)
-    return path
+    return finish(writer, {n: _f32(parts.tensors[n]) for n in sorted(parts.tensors, key=_tensor_order)}, partial,
+                  path)
 
 
 def _tensor_order(name: str) -> tuple[int, str]:

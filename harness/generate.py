@@ -143,8 +143,13 @@ def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, *, embe
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    for name in sorted(keep, key=_tensor_order):
-        writer.add_tensor(name, keep[name])
+    return finish(writer, {n: keep[n] for n in sorted(keep, key=_tensor_order)}, partial, path)
+
+
+def finish(writer, tensors: dict[str, np.ndarray], partial: Path, path: Path) -> Path:
+    """Add the tensors in the order given, write the file and move it into place (a reader never sees half)."""
+    for name, data in tensors.items():
+        writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -60,7 +60,7 @@ def test_manifest_shapes_a_heavier_generated_target(tmp_path):
     raw["models"] = {"target": {"file": "wide.gguf", "generate": {"kind": "tiny-target", "seed": 7, "embed": 320,
                                                                    "ff": 640, "layers": 6}}}
     raw["strategies"] = [s for s in raw["strategies"] if s["spec_type"].startswith("ngram") or
-                         s["spec_type"] == "none"]
+                         s["spec_type"] == "none" and s.get("model", "target") == "target"]
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     p = md.ensure(m, tmp_path / "models", download=False, log=lambda s: None)["target"]
     r = gguf.GGUFReader(p)

@@ -77,7 +77,7 @@ def test_prompt_sets_make_one_cell_per_prompt(tmp_path):
     m = mf.load(write_manifest(tmp_path, yaml.safe_dump(raw), "sets.yaml"))
     assert [p.id for p in m.task("code").prompts] == ["code-gen", "edit"]
     p = pl.make_plan(m, ["h"], runs=2, shuffle_seed=1)
-    assert len(p.items) == 4 * 2 * 2
+    assert len(p.items) == 12 * 2 * 2
     assert "h/baseline/code/edit/2" in {i.measurement_id for i in p.items}
     assert "(2 prompts)" in p.describe()
 

@@ -59,7 +59,7 @@ def test_strict_validate_names_unpinned_fields(tmp_path):
     spark = unpinned(mf.load(ROOT / "manifests" / "spark-qwen3.8-27b.yaml"))
     assert any("models.target.sha256: not pinned" in p for p in spark)
     assert any("models.dflash2.hf.revision: not pinned" in p for p in spark)
-    assert any("tasks[0].sha256: not pinned (zh-prose)" in p for p in spark)
+    assert any("tasks[0].prompts[1].sha256: not pinned (zh-prose/zh-prose-2)" in p for p in spark)
     with pytest.raises(KitError, match="problems"):
         describe(mf.load(ROOT / "manifests" / "spark-qwen3.8-27b.yaml"), tmp_path, strict=True)
 
