@@ -34,6 +34,9 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
+TRUST_HELP = ("build from a source other than the official llama.cpp one (another git repo or package index, "
+              "llama_cpp.path), a custom base/runtime image, or other CMake flags: that code runs here")
+
 HOST_HELP = {
     "host": "run on this host over SSH: user@host[:port] or an ssh config alias; repeat for several hosts in "
             "parallel; 'local' is this machine (default: invoke.yaml's specbench.hosts, else local)",
@@ -112,11 +115,12 @@ def models(c, manifest=None, models_dir=None, no_download=False):
     "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first, falling back)",
     "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
     "jobs": "parallel compile jobs (default: all cores)",
+    "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
 def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None, host=None,
-          ssh_key=None, known_hosts=None, remote_models=None):
+          ssh_key=None, known_hosts=None, remote_models=None, trust_source=False):
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
@@ -126,6 +130,9 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     m = mf.load(_manifest_path(c, manifest))
     if plan:
         from harness.source import describe_source
+        from harness.trust import require_trusted
+
+        require_trusted(m, trust_source)  # rendering a local folder's identity runs git in it
 
         tree = describe_source(m, prefer=source)
         print(json.dumps(bd.plan(m, tree, backend).as_dict(), indent=2))
@@ -133,7 +140,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
             rec = bd.build(eng.client, m, backend=backend, force=force, prefer=source,
-                           jobs=int(jobs) if jobs else None, host=eng.name)
+                           jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source)
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
@@ -174,12 +181,13 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "no_progress": "plain log lines instead of a progress bar",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "results": "results folder (default: invoke.yaml's specbench.results)",
+    "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
-        remote_models=None):
+        remote_models=None, trust_source=False):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
     from harness import runner
 
@@ -189,7 +197,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
-            engines=engines)
+            engines=engines, trust_source=trust_source)
     print(out)
 
 
@@ -245,15 +253,16 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
     "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
+    "trust_source": TRUST_HELP,
 })
 @kit_errors
-def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False):
+def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
     from harness import bundle as bu
     from harness import compare as cmp
 
     res = bu.reproduce(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                       progress=not no_progress)
+                       progress=not no_progress, trust_source=trust_source)
     if res.get("comparison"):
         print(cmp.text(res["comparison"]))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import docker.errors
 
-from harness import KitError, build, environment, models, probe, runmeta
+from harness import KitError, build, environment, models, probe, runmeta, trust
 from harness import manifest as mf
 from harness.engine import Engine, LocalEngine
 from harness.executor import Executor
@@ -66,9 +66,11 @@ def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] |
 def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str | None = None,
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
-        engines: list[Engine] | None = None, log: Callable[[str], None] = print) -> str:
-    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are."""
-    engines = engines or [LocalEngine()]
+        engines: list[Engine] | None = None, log: Callable[[str], None] = print, trust_source: bool = False) -> str:
+    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
+
+    The image runs code from the manifest's source: one that is not the official llama.cpp source on the kit's
+    images is refused unless `trust_source` (harness/trust.py)."""
     meta = None
     if resume:
         rd, meta, manifest = _resume(results_dir, resume, manifest_path)
@@ -78,6 +80,9 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         record = meta.build
     else:
         manifest = mf.load(manifest_path)
+    trust.require_trusted(manifest, trust_source)  # before any engine is reached
+    engines = engines or [LocalEngine()]
+    if meta is None:
         record = _image(manifest, engines)
     model_paths = models.ensure(manifest, models_dir, download=True, log=log)
     from harness.doctor import preflight
