@@ -683,19 +683,24 @@ def test_re_signed_bundle_naming_files_outside_is_refused(sandbox):
             bu.open_bundle(archive, sandbox.work / "dest")
         one_line(e)
         assert not (sandbox.work / "dest").exists()
-    # a manifest whose model path leaves its folder, re-signed: refused when reproduced, before anything runs
-    text = files["manifest/demo-cpu.yaml"].decode().replace("file: tiny-target.gguf", "file: ../../../evil.pth")
-    files = bundle_files(demo_bundle(sandbox.work / "made2"))
-    files["manifest/demo-cpu.yaml"] = text.encode()
-    meta = RunMeta.from_json(json.loads(files["run/run.json"]), "run.json").to_json()
-    meta["manifest"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
-    meta["manifest"]["text"] = text
-    files["run/run.json"] = json.dumps(meta).encode()
-    archive = rebundle(sandbox.work / "b2.tar.gz", files)
-    with pytest.raises(KitError) as e:
-        bu.reproduce(archive, sandbox.work / "repro", models_dir=sandbox.work / "models", log=lambda s: None)
-    one_line(e, "models.target.file: '../../../evil.pth'")
-    assert not (sandbox.work / "models").exists()
+    # a re-signed manifest whose model path leaves its folder, or whose source is another repository: refused when
+    # reproduced, before any model is fetched or anything is built
+    original = bundle_files(demo_bundle(sandbox.work / "made2"))
+    for i, (old, new, expected) in enumerate([
+            ("file: tiny-target.gguf", "file: ../../../evil.pth", "models.target.file: '../../../evil.pth'"),
+            ("https://github.com/ggml-org/llama.cpp", "https://evil.example/llama.cpp",
+             "llama_cpp.git.repo: 'https://evil.example/llama.cpp' is not the official")]):
+        files = dict(original)
+        text = files["manifest/demo-cpu.yaml"].decode().replace(old, new)
+        files["manifest/demo-cpu.yaml"] = text.encode()
+        meta = RunMeta.from_json(json.loads(files["run/run.json"]), "run.json").to_json()
+        meta["manifest"].update(sha256=hashlib.sha256(text.encode()).hexdigest(), text=text)
+        files["run/run.json"] = json.dumps(meta).encode()
+        archive = rebundle(sandbox.work / f"b{i}.tar.gz", files)
+        with pytest.raises(KitError) as e:
+            bu.reproduce(archive, sandbox.work / "repro", models_dir=sandbox.work / "models", log=lambda s: None)
+        one_line(e, expected)
+        assert not (sandbox.work / "models").exists()
 
 
 def test_bundling_a_forged_run_folder_packs_nothing_from_outside(sandbox):
