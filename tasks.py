@@ -54,6 +54,8 @@ def _fraction(flag: str, value) -> float | None:
     except ValueError:
         raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
 
+TRUST_HELP = ("build from a source other than the official llama.cpp one (another git repo or package index, "
+              "llama_cpp.path), a custom base/runtime image, or other CMake flags: that code runs here")
 
 HOST_HELP = {
     "host": "run on this host over SSH: user@host[:port] or an ssh config alias; repeat for several hosts in "
@@ -139,18 +141,22 @@ def models(c, manifest=None, models_dir=None, no_download=False):
     "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first, falling back)",
     "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
     "jobs": "parallel compile jobs (default: all cores)",
+    "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
 def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None, host=None,
-          ssh_key=None, known_hosts=None, remote_models=None):
+          ssh_key=None, known_hosts=None, remote_models=None, trust_source=False):
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
     from harness import build as bd
     from harness import manifest as mf
 
+    from harness.trust import require_trusted
+
     m = mf.load(_manifest_path(c, manifest))
+    require_trusted(m, trust_source)  # before any engine or source is reached (a local folder's identity runs git)
     if plan:
         from harness.source import describe_source
 
@@ -160,7 +166,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
             rec = bd.build(eng.client, m, backend=backend, force=force, prefer=source,
-                           jobs=int(jobs) if jobs else None, host=eng.name)
+                           jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source)
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
@@ -206,15 +212,19 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "max_rounds": "round cap for --until (default 20); cells still wider are named",
     "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
                   "how much drift survives the pairing by rounds)",
+    "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
-        remote_models=None, until=None, max_rounds=None, aa_control=False):
+        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
+    from harness import manifest as mf
     from harness import runner
+    from harness.trust import require_trusted
 
+    require_trusted(mf.load(_manifest_path(c, manifest)), trust_source)  # before any engine is reached
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
             _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
@@ -222,7 +232,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control)
+            aa_control=aa_control, trust_source=trust_source)
     print(out)
 
 
@@ -297,15 +307,16 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
     "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
+    "trust_source": TRUST_HELP,
 })
 @kit_errors
-def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False):
+def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
     from harness import bundle as bu
     from harness import compare as cmp
 
     res = bu.reproduce(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                       progress=not no_progress)
+                       progress=not no_progress, trust_source=trust_source)
     if res.get("comparison"):
         print(cmp.text(res["comparison"]))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")

@@ -99,8 +99,9 @@ def extract(archive: Path, dest: Path, limits: Limits = Limits()) -> list[PurePo
                 files.append(rel)
     except (tarfile.TarError, EOFError, OSError) as e:
         _cleanup(dest, created)
-        first = (str(e).strip().splitlines() or [""])[0][:160]
-        raise KitError(f"{source}: not a readable tar archive ({type(e).__name__}: {first})") from None
+        # tarfile's own message spans lines (one per compression it tried): one line of it
+        raise KitError(f"{source}: not a readable archive ({type(e).__name__}: {' '.join(str(e).split())[:200]})") \
+            from None
     except BaseException:
         _cleanup(dest, created)
         raise

@@ -17,7 +17,7 @@ from typing import Any
 import docker.errors
 
 import docker
-from harness import DOCKER, LABEL_PREFIX, KitError, __version__, bases, preflight, schema
+from harness import DOCKER, LABEL_PREFIX, KitError, __version__, bases, preflight, schema, trust
 from harness.files import atomic_write_text, safe_name
 from harness.manifest import Manifest
 from harness.schema import FORMAT_VERSIONS
@@ -234,8 +234,12 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
 
 def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | None = None, force: bool = False,
           prefer: str | None = None, log: Callable[[str], None] = print, host: str = "local",
-          jobs: int | None = None) -> dict[str, Any]:
-    """Build (or reuse) the image for the manifest; return the build record (also written under .cache/builds)."""
+          jobs: int | None = None, trust_source: bool = False) -> dict[str, Any]:
+    """Build (or reuse) the image for the manifest; return the build record (also written under .cache/builds).
+
+    A source other than the official llama.cpp one, a custom base image or CMake flags beyond feature switches
+    are refused unless `trust_source` (harness/trust.py)."""
+    trust.require_trusted(manifest, trust_source)
     backend = backend or manifest.build.backend
     source = resolve_source(manifest, log, prefer)
     made = None

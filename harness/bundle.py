@@ -18,14 +18,15 @@ import json
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from harness import KitError, archive, build, models, report, runner
+from harness import KitError, archive, build, models, report, runner, trust
 from harness import compare as cmp
 from harness import manifest as mf
-from harness.files import now_iso, sha256_bytes
+from harness.files import file_sha256, now_iso, sha256_bytes
 from harness.results import MEASUREMENTS_FILE, RUN_FILE, RunDir
 from harness.runmeta import RunMeta
 from harness.schema import FORMAT_VERSIONS
@@ -125,7 +126,7 @@ def _verify(path: Path, root: Path, extracted: list[PurePosixPath]) -> dict[str,
             raise KitError(f"{path}: {INDEX} lists {name[:120]!r}, not a plain relative path")
         if name not in present:
             raise KitError(f"{path}: {name} is missing from the bundle")
-        got = sha256_bytes((root / name).read_bytes())
+        got = file_sha256(root / name, cache=False)
         if got != want:
             raise KitError(f"{path}: {name} was modified (sha256 {got[:12]}, the bundle lists {want[:12]})")
     for required in (f"run/{RUN_FILE}", f"run/{MEASUREMENTS_FILE}"):
@@ -144,6 +145,12 @@ def open_bundle(path: Path, dest: Path) -> tuple[Path, Path]:
     if dest.exists() and any(dest.iterdir()):
         raise KitError(f"{dest}: not empty; the bundle is unpacked into a new folder")
     try:
+        is_tar = tarfile.is_tarfile(path)
+    except (OSError, EOFError, ValueError, tarfile.TarError, zlib.error):
+        is_tar = True  # a tar cut short or corrupt: the extraction names the problem
+    if not is_tar:
+        raise KitError(f"{path}: not a specbench bundle (not a tar archive)")
+    try:
         extracted = archive.extract(path, dest, archive.BUNDLE_LIMITS)
     except KitError as e:
         raise KitError(f"{path}: not a specbench bundle: {str(e).split(': ', 1)[-1]}") from None
@@ -157,13 +164,13 @@ def open_bundle(path: Path, dest: Path) -> tuple[Path, Path]:
         rd = RunDir.open(root / "run")
         meta = rd.read_meta()
         manifest_path = root / index["manifest"]
-        if sha256_bytes(manifest_path.read_bytes()) != meta.manifest["sha256"]:
+        if file_sha256(manifest_path, cache=False) != meta.manifest["sha256"]:
             raise KitError(f"{path}: the manifest differs from the one run {meta.run_id} recorded")
         for t in meta.tasks:
             for p in t.prompts:
-                f = manifest_path.parent / p.file
+                f = manifest_path.parent / _relative(p.file, f"{path}: run.json tasks.{t.id}.prompts.{p.id}")
                 if not f.resolve().is_relative_to(root.resolve()) or not f.is_file() \
-                        or sha256_bytes(f.read_bytes()) != p.sha256:
+                        or file_sha256(f, cache=False) != p.sha256:
                     raise KitError(f"{path}: prompt {p.file} differs from the one run {meta.run_id} used")
         rd.measurements()
     except BaseException:
@@ -173,8 +180,11 @@ def open_bundle(path: Path, dest: Path) -> tuple[Path, Path]:
 
 
 def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[str], None] = print,
-              progress: bool = True, engines=None) -> dict[str, Any]:
-    """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one."""
+              progress: bool = True, engines=None, trust_source: bool = False) -> dict[str, Any]:
+    """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one.
+
+    What arrives is untrusted: it is verified before anything is fetched, and a build source other than the
+    official one is refused unless `trust_source`."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     original = None
@@ -189,15 +199,17 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     else:
         manifest_path = Path(source)
     manifest = mf.load(manifest_path)
+    trust.require_trusted(manifest, trust_source)
     models.ensure(manifest, models_dir, download=True, log=log)
     from harness.engine import connect
 
-    rec = build.build(connect(), manifest, log=log)
+    rec = build.build(connect(), manifest, log=log, trust_source=trust_source)
     log(f"reproduce: image {rec['tag']} ({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
     out = runner.run(manifest_path, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,
-                     runs=plan.runs if plan else None, progress=progress, engines=engines, log=log)
+                     runs=plan.runs if plan else None, progress=progress, engines=engines, log=log,
+                     trust_source=trust_source)
     log(out)
     new = workdir / "results" / run_id
     result: dict[str, Any] = {"run": str(new), "original": str(original) if original else None}

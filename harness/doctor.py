@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import build
+from harness import KitError, build
 from harness.engine import Engine
 from harness.files import file_sha256
 from harness.manifest import Manifest
+from harness.trust import model_location
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,11 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     remote_dir = engine.models_dir()
     need = 0
     for m in manifest.models_used() if models else []:
-        local = m.local_path(local_models)
+        try:
+            local = model_location(manifest, m, local_models)
+        except KitError as e:  # a link out of the models folder, a folder, a FIFO: never mounted
+            items.append(Item(f"model {m.key}", False, str(e), f"put the model file itself at {m.file}"))
+            continue
         if remote_dir is None:
             where = local
             present = local.is_file()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+
+from harness import ROOT
 
 #: Files above this size keep their sha256 beside them (<file>.sha256), keyed by size and mtime.
 HASH_CACHE_MIN_BYTES = 64 << 20
@@ -15,15 +18,16 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file, cached beside large files in <file>.sha256 keyed by size and mtime."""
+def file_sha256(path: Path, chunk: int = 1 << 20, cache: bool = True) -> str:
+    """sha256 of a file, read in blocks; cached beside large files in <file>.sha256 keyed by size and mtime
+    (unless `cache` is off: a received bundle's folder gets nothing written into it)."""
     path = Path(path)
     st = path.stat()
-    cache = path.with_name(path.name + ".sha256")
     key = f"{st.st_size} {st.st_mtime_ns}"
-    large = st.st_size > HASH_CACHE_MIN_BYTES
-    if large and cache.is_file() and not cache.is_symlink():
-        lines = cache.read_text(errors="replace")[:200].split("\n")
+    large = cache and st.st_size > HASH_CACHE_MIN_BYTES
+    cache_file = path.with_name(path.name + ".sha256")
+    if large and cache_file.is_file() and not cache_file.is_symlink():
+        lines = cache_file.read_text(errors="replace")[:200].split("\n")
         if len(lines) >= 2 and lines[1] == key and len(lines[0]) == 64:
             return lines[0]
     h = hashlib.sha256()
@@ -33,7 +37,7 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     digest = h.hexdigest()
     if large:
         try:
-            cache.write_text(f"{digest}\n{key}\n")
+            cache_file.write_text(f"{digest}\n{key}\n")
         except OSError:
             pass  # a read-only models folder only costs a re-hash next time
     return digest
@@ -44,12 +48,24 @@ def display_path(path: Path | str) -> str:
     p = Path(path)
     try:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         pass
     try:
         return "~/" + str(p.resolve().relative_to(Path.home().resolve()))
     except (ValueError, OSError, RuntimeError):
         return str(p)
+
+
+def recorded_path(path: Path | str) -> str:
+    """A path as a shared file records it: relative to the working directory or to the kit, else home-relative
+    (~/...); only a path outside all three (not a personal one) stays absolute."""
+    p = Path(path)
+    for base in (Path.cwd(), ROOT):
+        try:
+            return str(p.resolve().relative_to(base.resolve()))
+        except (ValueError, OSError, RuntimeError):
+            pass
+    return display_path(p)
 
 
 def is_inside(path: Path, root: Path) -> bool:
@@ -65,11 +81,24 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a file through a new temporary name beside it and a rename, so a reader never sees half of it; a
+    link already at `path` (a run folder from elsewhere) is replaced, never written through."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file through <file>.partial and a rename, so a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """atomic_write_bytes of UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def safe_name(label: str) -> str:

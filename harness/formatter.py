@@ -50,8 +50,8 @@ def gbs(x: float | None) -> str:
     return DASH if x is None else f"{x:,.1f} GB/s"
 
 
-#: What can start markup inside a table cell: emphasis, code, links and images, HTML, a cell boundary.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
+#: What can start markup inside a table cell: emphasis, code, links and images, HTML, a cell boundary, math.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|$])")
 
 
 def md(text: object, max_len: int = 300) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from harness import KitError, flags, schema
+from harness import KitError, flags, schema, trust
 from harness.files import display_path, file_sha256
 from harness.pypi_models import PypiModel
 
@@ -26,6 +26,8 @@ DEFAULT_REQUEST_TIMEOUT_S = 900.0
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_YAML_ALIASES = 50
 MAX_YAML_DEPTH = 32
+#: Values after expanding aliases: a few aliases of aliases make a small file into a huge tree.
+MAX_YAML_NODES = 100_000
 MAX_PROMPT_BYTES = 4 << 20
 MAX_PROMPTS_PER_TASK = 64
 
@@ -279,10 +281,29 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+def _check_expanded_size(data: Any, where: str) -> None:
+    """Count values as a reader of the data sees them (an alias counts every time it is used), stopping at the
+    bound: aliases share one Python object, so the count, not the memory, is what grows."""
+    stack, seen = [data], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_NODES:
+            raise ManifestError(f"{where}: invalid YAML: more than {MAX_YAML_NODES:,} values once aliases are "
+                                "expanded; write the values out")
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
 def parse_yaml(text: str, where: str) -> Any:
     """YAML text to plain data, or a one-line ManifestError naming the line."""
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        _check_expanded_size(data, where)
+        return data
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -361,6 +382,12 @@ class _Builder:
         lc = self.raw["llama_cpp"]
         git = GitSource(**lc["git"]) if "git" in lc else None
         sdist = SdistSource(**lc["sdist"]) if "sdist" in lc else None
+        for fp, url in (("llama_cpp.git.repo", git.repo if git else ""),
+                        ("llama_cpp.sdist.index_url", sdist.index_url if sdist else "")):
+            if trust.has_credentials(url):
+                # The manifest's text goes into run.json and bundles: a token in it would travel with them.
+                raise self.fail(fp, f"{trust.redact_url(url)!r} carries credentials; a manifest is shared: keep "
+                                "them in a git credential helper or ~/.netrc")
         if sdist is not None:
             sub = PurePosixPath(sdist.subdir)
             if sub.is_absolute() or ".." in sub.parts or sdist.subdir in ("", "."):
@@ -397,6 +424,9 @@ class _Builder:
                                 f"{parent!r}")
             mpath = self.model_path(f"{fp}.file", m["file"])
             hf = HfRef(m["hf"]["repo"], m["hf"]["file"], m["hf"].get("revision")) if "hf" in m else None
+            if hf is not None and (PurePosixPath(hf.file).is_absolute() or ".." in PurePosixPath(hf.file).parts
+                                   or "\\" in hf.file or any(ord(ch) < 32 for ch in hf.file)):
+                raise self.fail(f"{fp}.hf.file", f"{hf.file!r}: expected a path inside the repository")
             gen = Generator(**m["generate"]) if "generate" in m else None
             models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
                                     m.get("quantization"),
@@ -412,8 +442,14 @@ class _Builder:
             raise self.fail(field_path, f"{file!r}: expected a file name in the models folder, or a relative path "
                             "inside the manifest's folder (no '..', not absolute)")
         if "/" not in file:
+            if file.startswith("."):
+                raise self.fail(field_path, f"{file!r}: expected a file name that does not start with '.' (the kit "
+                                "keeps its own files in the models folder under such names)")
             return None
-        resolved = (self.folder / file).resolve()
+        try:
+            resolved = (self.folder / file).resolve()
+        except (OSError, RuntimeError):
+            raise self.fail(field_path, f"{file!r} cannot be resolved (a symlink loop?)") from None
         if not resolved.is_relative_to(self.folder):
             raise self.fail(field_path, f"{file!r} resolves outside the manifest's folder {self.folder}")
         return resolved
@@ -496,13 +532,17 @@ class _Builder:
 
     def prompt(self, fp: str, entry: dict[str, Any], check_files: bool) -> Prompt:
         rel = entry["file"]
-        prompt = (self.folder / rel).resolve()
+        try:
+            prompt = (self.folder / rel).resolve()
+        except (OSError, RuntimeError):
+            raise self.fail(fp, f"{rel!r} cannot be resolved (a symlink loop?)") from None
         if PurePosixPath(rel).is_absolute() or not prompt.is_relative_to(self.folder):
             raise self.fail(fp, f"{rel!r} lies outside the manifest's folder {self.folder}")
         pid = entry.get("id") or PurePosixPath(rel).stem
         if check_files:
             if not prompt.is_file():
-                raise self.fail(fp, f"{rel!r} does not exist (looked at {display_path(prompt)})")
+                what = "is not a regular file" if prompt.exists() else "does not exist"
+                raise self.fail(fp, f"{rel!r} {what} (looked at {display_path(prompt)})")
             if prompt.stat().st_size > MAX_PROMPT_BYTES:
                 raise self.fail(fp, f"{rel!r} is {prompt.stat().st_size:,} bytes; a prompt is at most "
                                 f"{MAX_PROMPT_BYTES:,}")
@@ -520,7 +560,11 @@ def check_model_files(manifest: Manifest, models_dir: Path) -> list[str]:
     problems = []
     where = display_path(manifest.path)
     for m in manifest.models.values():
-        p = m.local_path(models_dir)
+        try:
+            p = trust.model_location(manifest, m, models_dir)
+        except KitError as e:
+            problems.append(str(e))
+            continue
         if m.sha256 and p.is_file():
             actual = file_sha256(p)
             if actual != m.sha256:

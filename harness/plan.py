@@ -11,6 +11,7 @@ from harness import KitError
 from harness.files import display_path
 from harness.formatter import size
 from harness.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
+from harness.trust import untrusted_fields
 
 #: A plan larger than this is a mistake (a run of a few seconds per measurement would take weeks).
 MAX_MEASUREMENTS = 100_000
@@ -158,6 +159,9 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              + (f", CUDA arch {manifest.build.cuda_architectures}" if manifest.build.backend == "cuda" else "")
              + f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
              "strategies:"]
+    untrusted = [f for f, _, _ in untrusted_fields(manifest)]
+    if untrusted:
+        lines.insert(-1, f"trust: {', '.join(untrusted)} need --trust-source to build or run (harness/trust.py)")
     for s in manifest.strategies:
         extra = (f" draft={s.draft}" if s.draft else "") + (f" model={s.model}" if s.model != "target" else "")
         base = manifest.baseline_for(s)

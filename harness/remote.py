@@ -13,7 +13,8 @@ Design notes
   llama-server stays bound to 127.0.0.1 on the host and is never exposed on the network. forward_local's own
   listener thread is not used: it dies on the first refused channel, which the /health poll causes while the
   model is still loading.
-- Host keys are checked: unknown keys are rejected (Fabric would accept them), known_hosts is loaded.
+- Host keys are checked on every hop (a ProxyJump's gateway too): unknown keys are rejected (Fabric would
+  accept them), known_hosts is loaded.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import http.client
 import io
 import logging
 import random
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -56,38 +58,72 @@ def host_label(conn: Connection) -> str:
     return f"{conn.user}@{conn.host}{port}"
 
 
+def hops(conn: Connection) -> list[Connection]:
+    """The connection and every jump host in front of it (ssh config ProxyJump: Fabric's gateway chain)."""
+    out, hop = [], conn
+    # identity, not ==: Fabric compares connections by user, host and port, and a jump host may share them
+    while isinstance(hop, Connection) and not any(hop is seen for seen in out):
+        out.append(hop)
+        hop = hop.gateway
+    return out
+
+
+def check_host_keys(conn: Connection, known_hosts: str | None = None) -> Connection:
+    """Refuse unknown host keys on every hop: Fabric builds a ProxyJump's gateway with AutoAddPolicy and no
+    known_hosts, so its key would be accepted unseen. A ProxyCommand is the user's own command, left as it is."""
+    for hop in hops(conn):
+        hop.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            hop.client.load_system_host_keys()
+        except OSError:
+            pass
+        if known_hosts:
+            try:
+                hop.client.load_host_keys(str(known_hosts))
+            except OSError as e:
+                raise KitError(f"{conn.host}: cannot read known_hosts file {known_hosts}: {e.strerror or e}") \
+                    from None
+    return conn
+
+
+def _hop_of(conn: Connection, server: str) -> tuple[str, int]:
+    """(host, port) of the hop paramiko names as '[host]:port' or 'host' in its host-key errors."""
+    host, _, port = server.removeprefix("[").partition("]:")
+    for hop in hops(conn):
+        if hop.host == host and (not port or int(port) == hop.port):
+            return hop.host, hop.port
+    return host, int(port) if port.isdigit() else 22
+
+
 def open_connection(spec: str, *, port: int | None = None, key_filename: str | None = None,
                     known_hosts: str | None = None, connect_timeout: float = 15) -> Connection:
-    """An open Fabric Connection to `spec` (user@host[:port] or an ssh config alias) with host keys checked."""
+    """An open Fabric Connection to `spec` (user@host[:port] or an ssh config alias) with host keys checked on
+    every hop."""
     connect_kwargs: dict[str, Any] = {}
     if key_filename:
         connect_kwargs.update(key_filename=[str(key_filename)], look_for_keys=False, allow_agent=False)
     conn = Connection(spec, port=port, connect_timeout=connect_timeout, connect_kwargs=connect_kwargs)
-    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    try:
-        conn.client.load_system_host_keys()
-    except OSError:
-        pass
-    if known_hosts:
-        try:
-            conn.client.load_host_keys(str(known_hosts))
-        except OSError as e:
-            raise KitError(f"{spec}: cannot read known_hosts file {known_hosts}: {e.strerror or e}") from None
+    check_host_keys(conn, known_hosts)
     label = f"{conn.user}@{conn.host}:{conn.port}"
-    hostport = conn.host if conn.port == 22 else f"[{conn.host}]:{conn.port}"
     try:
         conn.open()
-    except paramiko.BadHostKeyException:
-        raise KitError(f"{label}: host key does not match known_hosts: refusing to connect (if the host was "
+    except paramiko.BadHostKeyException as e:
+        host, hport = _hop_of(conn, e.hostname)
+        hostport = host if hport == 22 else f"[{host}]:{hport}"
+        jump = "" if host == conn.host and hport == conn.port else f" of jump host {host}:{hport}"
+        raise KitError(f"{label}: host key{jump} does not match known_hosts: refusing to connect (if the host was "
                        f"reinstalled, remove its line with `ssh-keygen -R '{hostport}'` and check the new key)"
                        ) from None
     except paramiko.AuthenticationException as e:
         raise KitError(f"{label}: authentication failed ({e}); check the key (--ssh-key) and that its public part "
                        f"is in the host's authorized_keys") from None
     except paramiko.SSHException as e:
-        if "not found in known_hosts" in str(e):
-            raise KitError(f"{label}: unknown host key: refusing to connect; after checking its fingerprint, add it "
-                           f"with `ssh-keyscan -p {conn.port} {conn.host} >> ~/.ssh/known_hosts` "
+        unknown = re.search(r"Server '([^']+)' not found in known_hosts", str(e))
+        if unknown:
+            host, hport = _hop_of(conn, unknown.group(1))
+            jump = "" if host == conn.host and hport == conn.port else f" of jump host {host}:{hport}"
+            raise KitError(f"{label}: unknown host key{jump}: refusing to connect; after checking its fingerprint, "
+                           f"add it with `ssh-keyscan -p {hport} {host} >> ~/.ssh/known_hosts` "
                            f"(or --known-hosts FILE)") from None
         raise KitError(f"{label}: SSH failed: {e}") from None
     except paramiko.ssh_exception.NoValidConnectionsError:

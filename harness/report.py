@@ -5,6 +5,7 @@ run folder (names, reasons, host facts) is escaped before it goes into Markdown.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from tabulate import tabulate
 
 from harness import KitError, schema
 from harness import formatter as fm
+from harness.files import atomic_write_bytes, atomic_write_text
 from harness.results import RunDir
 from harness.runmeta import RunMeta
 from harness.summary import summarize
@@ -98,12 +100,12 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         gpu = f", {', '.join(g['name'] for g in gpus)} (driver {gpus[0]['driver']})" if gpus else ""
         hosts.append(f"{h}: {e.get('cpu_model') or '?'}, {e.get('cpus')} CPUs{gpu}, Docker {e.get('docker_version')}")
     rows = [
-        ("manifest", f"{summary['manifest']['name']} (sha256 {summary['manifest']['sha256'][:16]})"),
+        ("manifest", f"{fm.md(summary['manifest']['name'])} (sha256 {summary['manifest']['sha256'][:16]})"),
         ("run", f"{summary['run_id']} ({summary['status']}, {m['ok']} ok, {m['failed']} failed of {m['planned']} "
                 "planned)"),
         ("hardware", f"{fm.md(hw['name'])}, {hw['memory_bandwidth_gbs']:g} GB/s ({fm.md(hw['bandwidth_source'])})"),
         ("hosts", fm.md("; ".join(hosts), 1000)),
-        ("image", f"{fm.md(b['tag'])} ({b['image_id'][:19]})"),
+        ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),
         ("llama.cpp", fm.md(f"build {src.get('build_number')}, commit {src.get('commit')}, {source}")),
         ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {plan['build_args'].get('CUDA_ARCHITECTURES')}"
                                                   if plan["backend"] == "cuda" else ""))),
@@ -391,6 +393,13 @@ def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # Names come from the run folder: shown as plain text, never as mathtext ($...$) or LaTeX.
+    with plt.rc_context({"text.usetex": False}):
+        return _draw(plt, v, cols, summary, path)
+
+
+def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any], path: Path) -> Path:
+    """The bars, labels and legend of plot_speedups, every text without math parsing."""
     tasks = summary["tasks"]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks) + 2), 3.6), dpi=100)
     width = 0.8 / max(1, len(cols))
@@ -404,13 +413,16 @@ def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
                label=f"{h}: {s}" if v.several_hosts else s)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right", parse_math=False)
     ax.set_ylabel("speedup vs baseline (95% interval)")
-    ax.set_title(_plain(f"{summary['manifest']['name']}: paired decode speedup per task"))
-    ax.legend(fontsize=7, ncol=max(1, len(cols) // 6))
+    ax.set_title(f"{summary['manifest']['name']}: paired decode speedup per task", parse_math=False)
+    for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
+        text.set_parse_math(False)
     fig.tight_layout()
-    fig.savefig(path, format="png", metadata={"Software": None})
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": None})
     plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
     return path
 
 
@@ -425,7 +437,7 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         summary = summarize(rd)
         schema.check("summary", summary, f"{rd.path}/summary.json")
         sp = rd.path / "summary.json"
-        sp.write_text(json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+        atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
         written.append(sp)
         png = plot_speedups(summary, rd.path / "plot.png") if plot else None
         if png:

@@ -119,7 +119,12 @@ class RunDir:
         """Validate one measurement and append it durably."""
         schema.check("result", record, f"{self.measurements_file} (new record {record.get('measurement_id')})")
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        with open(self.measurements_file, "a", encoding="utf-8") as f:
+        try:
+            # O_NOFOLLOW: a link planted in a run folder from elsewhere is never written through
+            fd = os.open(self.measurements_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            raise KitError(f"{self.measurements_file}: cannot append: {e.strerror or e}") from None
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -131,6 +136,8 @@ class RunDir:
         if not self.measurements_file.exists():
             return []
         f = self.measurements_file
+        if not f.is_file():  # a FIFO or /dev/zero would be read forever
+            raise KitError(f"{f}: not a regular file")
         if f.stat().st_size > MAX_MEASUREMENTS_BYTES:
             raise KitError(f"{f}: larger than {MAX_MEASUREMENTS_BYTES >> 30} GB")
         try:

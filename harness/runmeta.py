@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from harness import __version__, schema
-from harness.files import display_path, file_sha256, now_iso
+from harness import KitError, __version__, schema
+from harness.files import file_sha256, now_iso, recorded_path
 from harness.manifest import Manifest, ModelFile
 from harness.plan import Plan
 
@@ -115,6 +115,7 @@ class RunMeta:
     @classmethod
     def from_json(cls, obj: dict[str, Any], where: str) -> RunMeta:
         obj = schema.read("run", obj, where)
+        check_references(obj, where)
         return cls(
             run_id=obj["run_id"], created_at=obj["created_at"], status=obj["status"], protocol=obj["protocol"],
             kit_version=obj.get("kit_version", "?"), manifest=obj["manifest"], hardware=obj["hardware"],
@@ -130,6 +131,27 @@ class RunMeta:
                           extra_rounds=obj["plan"].get("extra_rounds", [])),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
+
+
+def check_references(obj: dict[str, Any], where: str) -> None:
+    """What a schema cannot say about a run.json that may come from someone else: every name it uses is one it
+    defines (strategies, tasks, models), and its build record is one. One line on the first problem."""
+    schema.check("build", obj["build"], f"{where}: build")
+    strategies = [s["id"] for s in obj["strategies"]]
+    tasks = [t["id"] for t in obj["tasks"]]
+    for kind, ids in (("strategies", strategies), ("tasks", tasks)):
+        dup = next((x for x in ids if ids.count(x) > 1), None)
+        if dup is not None:
+            raise KitError(f"{where}: {kind}: the id {dup!r} appears twice")
+        unknown = [x for x in obj["plan"][kind] if x not in ids]
+        if unknown:
+            raise KitError(f"{where}: plan.{kind}: {unknown[0]!r} is not one of the run's {kind}")
+    for i, s in enumerate(obj["strategies"]):
+        for key in ("model", "draft"):
+            if s[key] is not None and s[key] not in obj["models"]:
+                raise KitError(f"{where}: strategies[{i}].{key}: {s[key]!r} is not a key of models")
+        if s["baseline"] is not None and s["baseline"] not in strategies:
+            raise KitError(f"{where}: strategies[{i}].baseline: {s['baseline']!r} is not a strategy id")
 
 
 def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
@@ -175,7 +197,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
     sp = manifest.sampling
     return RunMeta(
         run_id=run_id, created_at=now_iso(), status="running", protocol=protocol, kit_version=__version__,
-        manifest={"name": manifest.name, "path": display_path(manifest.path), "sha256": manifest.sha256,
+        manifest={"name": manifest.name, "path": recorded_path(manifest.path), "sha256": manifest.sha256,
                   "text": manifest.text},
         hardware={"name": hw.name, "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
                   "bandwidth_source": hw.bandwidth_source, "memory_gb": hw.memory_gb},
@@ -225,8 +247,7 @@ def _result_from_v1(rec: dict[str, Any]) -> dict[str, Any]:
     """Format 1 records had one prompt per task and one target: name them."""
     rec = dict(rec)
     rec.setdefault("model", "target")
-    if "task" in rec:
-        rec.setdefault("prompt", rec["task"])
+    rec.setdefault("prompt", rec.get("task"))  # a record without a task is named by the schema check
     if isinstance(rec.get("quiet"), dict):
         q = dict(rec["quiet"])
         q["warnings"] = [{"kind": "busy", "sentence": w} if isinstance(w, str) else w for w in q.get("warnings", [])]

@@ -11,7 +11,7 @@ from typing import Any
 
 import docker.errors
 
-from harness import LABEL_PREFIX, KitError, build, environment, gguf_facts, models, preflight, probe, runmeta
+from harness import LABEL_PREFIX, KitError, build, environment, gguf_facts, models, preflight, probe, runmeta, trust
 from harness import manifest as mf
 from harness.engine import Engine, LocalEngine
 from harness.executor import Executor
@@ -70,12 +70,13 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
-        max_rounds: int | None = None, aa_control: bool = False) -> str:
+        max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False) -> str:
     """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
 
     With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup interval is still wider
-    are added after the planned ones, until every cell converges or `max_rounds` rounds have run."""
-    engines = engines or [LocalEngine()]
+    are added after the planned ones, until every cell converges or `max_rounds` rounds have run. The image runs
+    code from the manifest's source: one that is not the official llama.cpp source on the kit's images is refused
+    unless `trust_source` (harness/trust.py)."""
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
@@ -89,6 +90,9 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         record = meta.build
     else:
         manifest = mf.load(manifest_path)
+    trust.require_trusted(manifest, trust_source)  # before any engine is reached
+    engines = engines or [LocalEngine()]
+    if meta is None:
         record = _image(manifest, engines)
     model_paths = models.ensure(manifest, models_dir, download=True, log=log)
     from harness.doctor import require_ready

@@ -20,8 +20,9 @@ from typing import Any
 
 from harness import ROOT, KitError
 from harness import archive as archive_mod
-from harness.files import file_sha256
+from harness.files import display_path, file_sha256
 from harness.manifest import Manifest
+from harness.trust import redact_url
 
 CACHE = ROOT / ".cache"
 #: Top-level folders of the llama.cpp tree the build does not need (vocab test files alone are 75 MB).
@@ -74,7 +75,7 @@ def _download(url: str, dest: Path, sha256: str | None, what: str, log: Callable
             shutil.copyfileobj(resp, out, 1 << 20)
     except (urllib.error.URLError, OSError) as e:
         partial.unlink(missing_ok=True)
-        raise KitError(f"source: cannot download {what} from {url}: {e}") from None
+        raise KitError(f"source: cannot download {what} from {redact_url(url)}: {e}") from None
     actual = file_sha256(partial)
     if sha256 and actual != sha256:
         partial.unlink(missing_ok=True)
@@ -104,7 +105,11 @@ def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str
             continue
         if name.lower().startswith(stem) and name.endswith(".tar.gz"):
             link = urllib.parse.urljoin(url, str(f.get("url", "")))
-            if urllib.parse.urlsplit(link).scheme not in ("http", "https", "file"):
+            # https anywhere, or the index's own scheme and host (a local mirror); never file: or another scheme
+            there, index = urllib.parse.urlsplit(link), urllib.parse.urlsplit(url)
+            if there.scheme != "https" and (there.scheme, there.netloc) != (index.scheme, index.netloc):
+                continue
+            if there.scheme not in ("http", "https"):
                 continue
             sha = (f.get("hashes") or {}).get("sha256")
             return name, link, sha if isinstance(sha, str) else None
@@ -162,7 +167,8 @@ def cached_tree(manifest: Manifest, cache: Path = CACHE) -> Path | None:
 def _git(args: list[str], cwd: Path | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise KitError(f"source: git {' '.join(args)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        raise KitError(f"source: git {' '.join(redact_url(a) for a in args)}: "
+                       f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
     return proc.stdout.strip()
 
 
@@ -171,9 +177,10 @@ def resolve_git(manifest: Manifest, log: Callable[[str], None], cache: Path = CA
     assert g is not None
     repo_dir = cache / "git" / hashlib.sha256(g.repo.encode()).hexdigest()[:12]
     if not (repo_dir / ".git").exists():
-        log(f"source: cloning {g.repo}")
+        log(f"source: cloning {redact_url(g.repo)}")
         repo_dir.parent.mkdir(parents=True, exist_ok=True)
-        _git(["clone", "--quiet", "--no-checkout", g.repo, str(repo_dir)])
+        # "--": a repo that starts with '-' is a repository, never an option (--upload-pack runs a command)
+        _git(["clone", "--quiet", "--no-checkout", "--", g.repo, str(repo_dir)])
     try:
         commit = _git(["rev-parse", "--verify", "--quiet", f"{g.ref}^{{commit}}"], repo_dir)
     except KitError:
@@ -181,13 +188,13 @@ def resolve_git(manifest: Manifest, log: Callable[[str], None], cache: Path = CA
         try:
             commit = _git(["rev-parse", "--verify", "--quiet", f"{g.ref}^{{commit}}"], repo_dir)
         except KitError:
-            raise KitError(f"source: ref {g.ref!r} does not exist in {g.repo}") from None
+            raise KitError(f"source: ref {g.ref!r} does not exist in {redact_url(g.repo)}") from None
     if g.commit and commit != g.commit:
-        raise KitError(f"source: {g.repo} {g.ref} is commit {commit}, the manifest pins {g.commit}")
+        raise KitError(f"source: {redact_url(g.repo)} {g.ref} is commit {commit}, the manifest pins {g.commit}")
     _git(["checkout", "--quiet", "--force", commit], repo_dir)
     count = _git(["rev-list", "--count", commit], repo_dir)
     ident = manifest.llama_cpp
-    return SourceTree(repo_dir, "git", {"repo": g.repo, "ref": g.ref, "commit": commit},
+    return SourceTree(repo_dir, "git", {"repo": redact_url(g.repo), "ref": g.ref, "commit": commit},
                       ident.build_number or int(count), commit[:10])
 
 
@@ -211,11 +218,11 @@ def resolve_path(manifest: Manifest, log: Callable[[str], None]) -> SourceTree:
     if (p / ".git").exists():
         commit = _git(["rev-parse", "HEAD"], p)
         dirty = bool(_git(["status", "--porcelain", "--untracked-files=no"], p))
-        identity = {"path": str(p), "commit": commit, "dirty": dirty, "content_sha256": tree_hash(p)}
+        identity = {"path": display_path(p), "commit": commit, "dirty": dirty, "content_sha256": tree_hash(p)}
         return SourceTree(p, "path", identity, ident.build_number or 0, ident.commit or commit[:10])
     digest = tree_hash(p)
     log(f"source: local folder {p} (content sha256 {digest[:12]})")
-    return SourceTree(p, "path", {"path": str(p), "content_sha256": digest}, ident.build_number or 0,
+    return SourceTree(p, "path", {"path": display_path(p), "content_sha256": digest}, ident.build_number or 0,
                       ident.commit or f"local-{digest[:12]}")
 
 
@@ -259,7 +266,7 @@ def describe_source(manifest: Manifest, prefer: str | None = None) -> SourceTree
                           lc.build_number or 0, lc.commit or f"sdist-{sd.sha256[:12]}")
     if kind == "git":
         g = lc.git
-        return SourceTree(Path("-"), "git", {"repo": g.repo, "ref": g.ref, "commit": g.commit},
+        return SourceTree(Path("-"), "git", {"repo": redact_url(g.repo), "ref": g.ref, "commit": g.commit},
                           lc.build_number or 0, lc.commit or (g.commit or g.ref)[:10])
     return resolve_path(manifest, lambda s: None)
 

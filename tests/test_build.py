@@ -154,6 +154,6 @@ def test_failing_build_leaves_no_tagged_image(docker_client, tmp_path, demo_imag
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     tag = bd.plan(m, sources.describe_source(m)).tag
     with pytest.raises(KitError) as e:
-        bd.build(docker_client, m, log=lambda s: None)
+        bd.build(docker_client, m, log=lambda s: None, trust_source=True)
     assert "build failed" in str(e.value) and "last log lines" in str(e.value)
     assert bd.image_for(docker_client, tag) is None
