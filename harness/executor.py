@@ -45,10 +45,11 @@ def sigterm_as_interrupt() -> Iterator[None]:
 class Progress:
     """A tqdm bar, or one log line per measurement; warnings printed once per (host, kind)."""
 
-    def __init__(self, total: int, enabled: bool, log: Callable[[str], None], several_hosts: bool):
+    def __init__(self, total: int, enabled: bool, log: Callable[[str], None], several_hosts: bool,
+                 warned: set[tuple[str, str]] | None = None):
         self.log = log
         self.several_hosts = several_hosts
-        self.warned: set[tuple[str, str]] = set()
+        self.warned = warned if warned is not None else set()
         self.bar = None
         if enabled and total:
             from tqdm import tqdm
@@ -97,6 +98,7 @@ class Executor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._order = itertools.count()
+        self._warned: set[tuple[str, str]] = set()  # once per run, across the rounds --until adds
 
     def execute(self, items: list[Planned]) -> dict[str, int]:
         """Run every item not yet in the run folder. Returns counts (ok, failed, skipped)."""
@@ -111,7 +113,7 @@ class Executor:
         by_host: dict[str, list[Planned]] = {}
         for item in todo:
             by_host.setdefault(item.host, []).append(item)
-        progress = Progress(len(todo), self.show_progress, self.log, len(self.engines) > 1)
+        progress = Progress(len(todo), self.show_progress, self.log, len(self.engines) > 1, self._warned)
         self.ctx.on_warning = progress.warning
         status = "complete"
         try:
