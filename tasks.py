@@ -141,32 +141,41 @@ def models(c, manifest=None, models_dir=None, no_download=False):
     "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first, falling back)",
     "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
     "jobs": "parallel compile jobs (default: all cores)",
+    "base": "where the CUDA toolkit comes from: registry (nvidia/cuda images, the default) or offline (made here "
+            "from NVIDIA's CUDA wheels on PyPI and debootstrap Debian: no registry needed)",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
-def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None, host=None,
-          ssh_key=None, known_hosts=None, remote_models=None, trust_source=False):
+def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None, base="registry",
+          host=None, ssh_key=None, known_hosts=None, remote_models=None, trust_source=False):
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
     from harness import build as bd
     from harness import manifest as mf
-
     from harness.trust import require_trusted
 
+    if base not in ("registry", "offline"):
+        raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
     m = mf.load(_manifest_path(c, manifest))
     require_trusted(m, trust_source)  # before any engine or source is reached (a local folder's identity runs git)
     if plan:
         from harness.source import describe_source
 
         tree = describe_source(m, prefer=source)
-        print(json.dumps(bd.plan(m, tree, backend).as_dict(), indent=2))
+        made = None
+        if (backend or m.build.backend) == "cuda" and not m.build.base_image:
+            from harness import cuda_base
+
+            made = cuda_base.planned(offline=base == "offline")
+        print(json.dumps(bd.plan(m, tree, backend, made).as_dict(), indent=2))
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
             rec = bd.build(eng.client, m, backend=backend, force=force, prefer=source,
-                           jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source)
+                           jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source,
+                           offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")

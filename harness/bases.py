@@ -27,6 +27,7 @@ class BaseImages:
     builder: str
     runtime: str
     reason: str
+    registry_free: bool = True
 
 
 def host_mirror() -> str:

@@ -92,6 +92,10 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
         base_image = manifest.build.base_image
         runtime_image = manifest.build.runtime_image or base_image
         reason = "from the manifest's build.base_image/runtime_image"
+    elif backend == "cuda" and made is not None:
+        # harness/cuda_base.py: nvidia/cuda devel with CMake added, or (`--base offline`) the toolkit from PyPI wheels.
+        registry_free = made.registry_free
+        base_image, runtime_image, reason = made.builder, made.runtime, made.reason
     elif backend == "cuda":
         base_image, runtime_image = CUDA_BASE, CUDA_RUNTIME
         reason = "NVIDIA CUDA devel/runtime images (the toolkit cannot be made without a registry)"
@@ -196,7 +200,7 @@ def _condense(line: str) -> str | None:
 
 
 def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree, force: bool, jobs: int | None,
-                  log: Callable[[str], None]):
+                  log: Callable[[str], None], cpu_shares: int | None = None):
     """Send the context and build the image, showing the condensed log; the built image or one error."""
     log(f"build: building {p.tag} (llama.cpp b{source.build_number}, {source.kind}); this takes minutes")
     buildargs = dict(p.build_args)
@@ -211,7 +215,8 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
         try:
             stream = client.api.build(fileobj=ctx, custom_context=True, tag=p.tag, buildargs=buildargs,
                                       labels=p.labels, rm=True, forcerm=True, pull=False, decode=True,
-                                      network_mode="none", nocache=force)
+                                      network_mode="none", nocache=force,
+                                      container_limits={"cpushares": cpu_shares} if cpu_shares else None)
             for chunk in stream:
                 for line in chunk.get("stream", "").splitlines():
                     last_lines = (last_lines + [line])[-25:]
@@ -234,25 +239,42 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
 
 def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | None = None, force: bool = False,
           prefer: str | None = None, log: Callable[[str], None] = print, host: str = "local",
-          jobs: int | None = None, trust_source: bool = False) -> dict[str, Any]:
+          jobs: int | None = None, trust_source: bool = False, offline_base: bool = False,
+          cpu_shares: int | None = None) -> dict[str, Any]:
     """Build (or reuse) the image for the manifest; return the build record (also written under .cache/builds).
 
     A source other than the official llama.cpp one, a custom base image or CMake flags beyond feature switches
-    are refused unless `trust_source` (harness/trust.py)."""
+    are refused unless `trust_source` (harness/trust.py). offline_base: for the cuda backend, build on bases made
+    here from PyPI's CUDA wheels instead of nvidia/cuda. cpu_shares: the build containers' CPU weight (1024 is
+    normal; lower yields to other work on a shared machine)."""
     trust.require_trusted(manifest, trust_source)
     backend = backend or manifest.build.backend
     source = resolve_source(manifest, log, prefer)
     made = None
     if backend == "cpu" and not manifest.build.base_image:
         made = bases.ensure(client, log)
+    elif backend == "cuda" and not manifest.build.base_image:
+        from harness import cuda_base
+
+        made = cuda_base.ensure(client, log) if offline_base else cuda_base.ensure_registry(client, log)
     p = plan(manifest, source, backend, made)
     log(f"build: base {p.base_image} / runtime {p.runtime_image}: {p.base_reason}")
     existing = image_for(client, p.tag)
     reused = existing is not None and not force
     started = time.monotonic()
     if not reused:
-        existing = _docker_build(client, p, source, force, jobs, log)
-    version = version_of(client, p.tag)
+        existing = _docker_build(client, p, source, force, jobs, log, cpu_shares)
+    cuda_checks = None
+    if backend == "cuda":
+        from harness import cuda_image
+
+        version = cuda_image.server_version(client, p.tag)  # "no NVIDIA driver: ..." where the host has none
+        if not reused:  # libraries resolve (but the driver's), cuBLAS is there: no GPU needed
+            cuda_checks = cuda_image.inspect(client, p.tag).as_dict()
+            for line in cuda_checks["problems"] or ["libraries resolve except the driver's libcuda.so.1"]:
+                log(f"build: CUDA check: {line}")
+    else:
+        version = version_of(client, p.tag)
     record = {
         "format_version": FORMAT_VERSIONS["build"],
         "tag": p.tag,
@@ -264,6 +286,8 @@ def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | Non
         "server_version": version,
         "plan": p.as_dict(),
     }
+    if cuda_checks is not None:
+        record["cuda_checks"] = {k: cuda_checks[k] for k in ("ok", "problems", "size_bytes", "cuda_libraries")}
     schema.check("build", record, "build record")
     out = CACHE / "builds"
     out.mkdir(parents=True, exist_ok=True)

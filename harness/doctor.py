@@ -48,7 +48,8 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     runtimes = sorted((info.get("Runtimes") or {}).keys())
     has_nvidia = "nvidia" in runtimes or any("nvidia" in str(x) for x in info.get("CDISpecDirs") or [])
     if cuda:
-        items.append(Item("nvidia runtime", has_nvidia, f"Docker runtimes: {', '.join(runtimes)}",
+        said = "Docker has the NVIDIA runtime" if has_nvidia else "Docker has no NVIDIA runtime: containers get no GPU"
+        items.append(Item("nvidia runtime", has_nvidia, f"{said} (runtimes: {', '.join(runtimes) or 'none'})",
                           "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker"))
     # model files at the host's models folder
     remote_dir = engine.models_dir()
