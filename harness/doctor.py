@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import build
 from harness.engine import Engine
 from harness.files import file_sha256
 from harness.manifest import Manifest
@@ -83,17 +82,16 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
         free = int(out.splitlines()[1].split()[3]) * 1024
         items.append(Item("disk", free > need * 1.1, f"{free / 1e9:,.1f} GB free at {df_dir}, models need "
                           f"{need / 1e9:,.1f} GB more", "free disk space or choose another models folder"))
-    rec = build.latest_record(manifest, host=engine.name)
-    if rec is None:
-        items.append(Item("image", False, "no image built for this manifest on this host",
-                          "invoke build" + ("" if engine.name == "local" else f" --host {engine.name}"), fatal=False))
+    from harness import images
+
+    found = images.find(engine.client, manifest)
+    if found is None:
+        items.append(Item("image", False, "no image of this manifest's build (source, flags, backend, bases) here",
+                          "invoke build" + ("" if engine.name == "local" else f" --host {engine.name}")
+                          + " (or let `invoke run` build it)", fatal=False))
     else:
-        try:
-            engine.client.images.get(rec["tag"])
-            items.append(Item("image", True, f"{rec['tag']} ({rec['server_version'].splitlines()[0]})"))
-        except Exception:  # noqa: BLE001 - any lookup failure means the image is not usable
-            items.append(Item("image", False, f"{rec['tag']} is recorded but not on the host",
-                              "invoke build --force", fatal=False))
+        items.append(Item("image", True, f"{found.tag} ({found.image.short_id.split(':')[-1]}, llama.cpp "
+                          f"b{found.plan.source['build_number']} {found.plan.source['commit']})"))
     return items
 
 
