@@ -191,6 +191,8 @@ def _condense(line: str) -> str | None:
     s = line.rstrip()
     if not s:
         return None
+    if s.startswith("Step ") and " : LABEL " in s:
+        return None  # the identity labels: `invoke build --plan` shows them
     if s.startswith("Step ") or s.startswith("specbench:") or "error" in s.lower() or "warning: " in s.lower():
         return s
     if s.startswith("[") and "%]" in s[:8]:
