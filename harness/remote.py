@@ -202,6 +202,7 @@ class _ChannelHTTPConnection(http.client.HTTPConnection):
         channel = transport.open_channel("direct-tcpip", ("127.0.0.1", self._endpoint.port), ("127.0.0.1", 0),
                                          timeout=self.timeout)
         channel.settimeout(self.timeout)
+        self._endpoint.channels += 1
         self.sock = _ChannelSocket(channel)
 
 
@@ -211,6 +212,8 @@ class TunnelEndpoint(Endpoint):
     def __init__(self, conn: Connection, port: int):
         super().__init__(port)
         self.conn = conn
+        #: direct-tcpip channels opened to the server (health polls and requests), for tests and diagnostics.
+        self.channels = 0
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         return _ChannelHTTPConnection(self, timeout)
@@ -227,6 +230,8 @@ class RemoteEngine(Engine):
         self.name = label or host_label(conn)
         super().__init__(docker_over(conn))
         self._models_dir = remote_models
+        #: every server endpoint handed out, so a run can show its servers were reached only through the tunnel.
+        self.endpoints: list[TunnelEndpoint] = []
 
     @classmethod
     def connect(cls, spec: str, **kwargs: Any) -> RemoteEngine:
@@ -266,7 +271,9 @@ class RemoteEngine(Engine):
                 return port
 
     def endpoint(self, port: int) -> TunnelEndpoint:
-        return TunnelEndpoint(self.conn, port)
+        ep = TunnelEndpoint(self.conn, port)
+        self.endpoints.append(ep)
+        return ep
 
     # -- models on the host
     def models_dir(self) -> str:

@@ -127,6 +127,15 @@ def test_every_host_task_with_an_unreachable_host(tmp_path, sshd):
 def test_every_host_task_against_an_sshd_without_sftp(tmp_path, sshd_nosftp, demo_image, models_dir):
     """No SFTP: model files go over the SSH exec channel, so every task works; where writing there cannot work
     either, one line says what to fix."""
+    import paramiko
+
+    from harness.remote import open_connection
+
+    conn = open_connection(sshd_nosftp["spec"], key_filename=sshd_nosftp["client_key"],
+                           known_hosts=sshd_nosftp["known_hosts"])
+    with pytest.raises(paramiko.SSHException):  # the sshd really offers no SFTP
+        conn.client.open_sftp()
+    conn.close()
     ssh = ["--host", sshd_nosftp["spec"], "--ssh-key", sshd_nosftp["client_key"], "--known-hosts",
            sshd_nosftp["known_hosts"]]
     remote_models = tmp_path / "remote-models"

@@ -95,14 +95,16 @@ def clone(tmp_path_factory, demo_image):
 
 
 def _no_kit_containers_left(run_id: str, since: float) -> None:
-    """No container of the run, and no short-lived helper (version, probe) started since `since`, is left; helpers
-    another process is using are given a moment to go."""
+    """No container of the run, and none of the kit's short-lived helpers (version check, probe) started since
+    `since`, is left; a helper another process on this engine is using is given a moment to go."""
     client = connect()
     assert client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.run={run_id}"}) == []
     deadline = time.monotonic() + 15
+    since_iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since))
     while True:
-        left = [c for c in client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.role"})
-                if c.attrs.get("Created", "") >= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since))]
+        left = [c for role in ("version", "probe")
+                for c in client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.role={role}"})
+                if c.attrs.get("Created", "") >= since_iso]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(1)
