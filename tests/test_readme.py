@@ -132,6 +132,8 @@ def test_setup_block_as_written(clone, demo_image):
     results = (clone.path / "RESULTS.md").read_text()
     assert f"## Run {run_id}" in results
     assert (runs[0] / "summary.json").is_file() and (runs[0] / "plot.png").is_file()
+    link = re.search(r"!\[[^\]]*\]\(([^)]+)\)", results).group(1)  # relative to RESULTS.md itself
+    assert (clone.path / link).resolve() == (runs[0] / "plot.png").resolve()
     _no_kit_containers_left(run_id, started)
     # the clone went into the venv; this machine's `harness` is where it was
     assert subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], cwd="/",
