@@ -80,8 +80,18 @@ def _engines(c, host, ssh_key, known_hosts, remote_models):
             eng.close()
 
 
+#: Where an error not raised as a KitError comes from, and what to check: still one line, never a traceback.
+OUTSIDE_ERRORS = {
+    "docker": "the Docker engine failed; check `docker info` (or `invoke doctor`) and try again",
+    "requests": "the connection to the Docker engine broke; check `docker info` (or `invoke doctor`) and try again",
+    "urllib3": "the connection to the Docker engine broke; check `docker info` (or `invoke doctor`) and try again",
+    "paramiko": "the SSH connection failed; check `ssh` to the host (or `invoke doctor --host ...`) and try again",
+}
+
+
 def kit_errors(fn):
-    """Print KitError as one line and exit 1; Ctrl-C exits 130 after the task has cleaned up."""
+    """Print KitError as one line and exit 1; Ctrl-C exits 130 after the task has cleaned up. Errors from the
+    Docker engine, the SSH connection or the file system are one line too (SPECBENCH_DEBUG=1 shows the traceback)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -95,6 +105,14 @@ def kit_errors(fn):
         except BrokenPipeError:
             # the reader went away (`invoke validate | head`): stop quietly, as other command-line tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=1) from None
+        except Exception as e:
+            origin = type(e).__module__.split(".")[0]
+            if os.environ.get("SPECBENCH_DEBUG") or (origin not in OUTSIDE_ERRORS and not isinstance(e, OSError)):
+                raise
+            what = " ".join(str(e).split()) or type(e).__name__
+            fix = OUTSIDE_ERRORS.get(origin, "check the path and its permissions")
+            print(f"error: {what[:300]}; {fix}", file=sys.stderr)
             raise Exit(code=1) from None
     return wrapper
 
@@ -173,7 +191,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = bd.build(eng.client, m, backend=backend, force=force, prefer=source,
+            rec = bd.build(eng, m, backend=backend, force=force, prefer=source,
                            jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source,
                            offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
@@ -210,7 +228,8 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
     "strategy": "only these strategies (repeat or comma-separate)",
     "task_id": "only these tasks (repeat or comma-separate)",
-    "runs": "runs per cell (default: the manifest's runs)",
+    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs)",
+    "no_build": "fail instead of building the image when no engine holds one of this build",
     "reuse_server": "the NAIVE protocol on purpose: one server per strategy, caches carry over (labelled so)",
     "seed": "shuffle seed for the round order (default: random, recorded)",
     "no_progress": "plain log lines instead of a progress bar",
@@ -227,13 +246,16 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
-        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False):
-    """Run the matrix: one fresh container per measurement, rounds in shuffled order."""
+        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False):
+    """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
+    host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness import manifest as mf
     from harness import runner
     from harness.trust import require_trusted
 
     require_trusted(mf.load(_manifest_path(c, manifest)), trust_source)  # before any engine is reached
+    runs = runs or _cfg(c, "runs")
+
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
             _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
@@ -241,11 +263,11 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, trust_source=trust_source)
+            aa_control=aa_control, trust_source=trust_source, build_missing=not no_build)
     print(out)
 
 
-@task(auto_shortflags=False, positional=["run_dir"], help={
+@task(auto_shortflags=False, positional=[], help={
     "run_dir": "run folder to report, or several separated by commas (default: the newest under the results folder)",
     "out": "where to write the Markdown report (default: invoke.yaml's specbench.report, RESULTS.md)",
     "no_plot": "skip the PNG plot",
@@ -261,7 +283,7 @@ def report(c, run_dir=None, out=None, no_plot=False):
         print(f"wrote {p}")
 
 
-@task(auto_shortflags=False, positional=["run_dir"], help={
+@task(auto_shortflags=False, help={
     "run_dir": "run folder with a probe task (default: the newest under the results folder)",
 })
 @kit_errors
@@ -280,8 +302,7 @@ def sensitivity(c, run_dir=None):
 
 
 @task(auto_shortflags=False, iterable=["host"], help={
-    "run_id": "only containers of this run (default: every container the kit labelled)",
-                               **HOST_HELP})
+    "run_id": "only containers of this run (default: every container the kit labelled)", **HOST_HELP})
 @kit_errors
 def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Remove containers the kit started and left behind (after a crash or a lost connection)."""
@@ -365,16 +386,37 @@ def compare(c, a, b, out=None):
 @kit_errors
 def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Measure each host's memory bandwidth in the image; later runs' physics checks use it, not the spec sheet."""
-    from harness import build as bd
+    from harness import images
     from harness import manifest as mf
     from harness import probe as pb
 
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = bd.latest_record(m, host=eng.name)
+            rec = images.record(eng.client, m, host=eng.name)
             if rec is None:
-                raise KitError(f"no image built for {m.name} on {eng.name}; run `invoke build` first")
+                flag = "" if eng.name == "local" else f" --host {eng.name}"
+                raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
+                               "first")
             res = pb.run(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")
+
+
+def _folder_follows(task_name: str) -> bool:
+    """Does a folder name follow `task_name` on this command line (`invoke report results/x`), rather than nothing,
+    a flag or the next task (`invoke build run report`)? Invoke's positional arguments are always required
+    (pyinvoke/invoke#159), so `report` takes RUN_DIR positionally only when one is given."""
+    from invoke import Task
+
+    names = {n.replace("_", "-") for n, obj in globals().items() if isinstance(obj, Task)}
+    argv = sys.argv[1:]
+    for i, tok in enumerate(argv):
+        if tok == task_name and (i == 0 or not argv[i - 1].startswith("-") or argv[i - 1] in ("-e", "--echo")):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            return nxt is not None and not nxt.startswith("-") and nxt not in names
+    return False
+
+
+report.positional = ["run_dir"] if _folder_follows("report") else []
+sensitivity.positional = ["run_dir"] if _folder_follows("sensitivity") else []

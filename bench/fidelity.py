@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, build, runner  # noqa: E402
+from harness import DEFAULT_MANIFEST, images, runner  # noqa: E402
 from harness import manifest as mf  # noqa: E402
 from harness import models as md  # noqa: E402
 from harness.engine import LocalEngine  # noqa: E402
@@ -47,7 +47,9 @@ def main() -> None:
     args = ap.parse_args()
 
     demo = mf.load(DEFAULT_MANIFEST)
-    rec = build.latest_record(demo)
+    from harness.engine import connect
+
+    rec = images.record(connect(), demo, host="local")
     if rec is None:
         sys.exit("no demo image: run `invoke build` first")
     raw = yaml.safe_load(DEFAULT_MANIFEST.read_text())

@@ -56,6 +56,7 @@ class BuildPlan:
     dockerfile_sha256: str
     registry_free: bool = False
     notes: list[str] = field(default_factory=list)
+    arch: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,9 +84,12 @@ def _recipe_sha256() -> str:
 
 
 def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
-         made: bases.BaseImages | None = None) -> BuildPlan:
-    """Render what would be built: base images, build args, CMake flags, labels and the derived tag."""
+         made: bases.BaseImages | None = None, arch: str | None = None) -> BuildPlan:
+    """Render what would be built: base images, build args, CMake flags, labels and the derived tag.
+
+    arch: the target engine's architecture (default: this machine's); it is part of the identity."""
     backend = backend or manifest.build.backend
+    arch = arch or bases.local_arch()
     notes: list[str] = []
     registry_free = False
     if manifest.build.base_image:
@@ -100,16 +104,14 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
         base_image, runtime_image = CUDA_BASE, CUDA_RUNTIME
         reason = "NVIDIA CUDA devel/runtime images (the toolkit cannot be made without a registry)"
     else:
-        registry_free = True
-        if made is None:
-            base_image, runtime_image = bases.tag_for("builder"), bases.tag_for("runtime")
-            reason = "registry-free Debian bases made with debootstrap (docker/base/)"
-        else:
-            base_image, runtime_image, reason = made.builder, made.runtime, made.reason
+        made = made or bases.planned(arch)
+        base_image, runtime_image, reason = made.builder, made.runtime, made.reason
+        registry_free = "-registry-" not in base_image
     flags = cmake_args(manifest, backend, source)
     recipe = _recipe_sha256()
     key = json.dumps({"source": source.key, "backend": backend, "cmake": flags, "base": base_image,
-                      "runtime": runtime_image, "recipe": recipe, "arch": manifest.build.cuda_architectures},
+                      "runtime": runtime_image, "recipe": recipe, "arch": manifest.build.cuda_architectures,
+                      "platform": arch},
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     tag = f"{LABEL_PREFIX}/llama-server:{backend}-b{source.build_number}-{digest}"
@@ -132,14 +134,19 @@ def plan(manifest: Manifest, source: SourceTree, backend: str | None = None,
         f"{LABEL_PREFIX}.runtime-image": runtime_image,
         f"{LABEL_PREFIX}.recipe-sha256": recipe,
         f"{LABEL_PREFIX}.plan-key": digest,
+        f"{LABEL_PREFIX}.arch": arch,
     }
     if (source.path / "src").is_dir():  # read from the source itself: what its loader knows (the pre-flight checks it)
         labels[f"{LABEL_PREFIX}.spec-flavours"] = preflight.flavour_label(preflight.supported_flavours(source.path))
     if backend == "cuda" and manifest.build.cuda_architectures == "121":
         notes.append("CUDA arch 121 is the GB10 (DGX Spark); it needs CUDA 12.9 or newer")
-    return BuildPlan(backend, base_image, runtime_image, reason, flags, build_args, labels, tag,
-                     {"kind": source.kind, **source.identity, "build_number": source.build_number,
-                      "commit": source.commit}, recipe, registry_free, notes)
+    p = BuildPlan(backend, base_image, runtime_image, reason, flags, build_args, labels, tag,
+                  {"kind": source.kind, **source.identity, "build_number": source.build_number,
+                   "commit": source.commit}, recipe, registry_free, notes, arch)
+    # The whole plan rides on the image, so any engine's copy says what it is (harness/images.py reads it).
+    p.labels[f"{LABEL_PREFIX}.plan"] = json.dumps({k: v for k, v in p.as_dict().items() if k != "labels"},
+                                                  sort_keys=True)
+    return p
 
 
 # ---------------------------------------------------------------- context and build
@@ -190,6 +197,8 @@ def _condense(line: str) -> str | None:
     s = line.rstrip()
     if not s:
         return None
+    if s.startswith("Step ") and " : LABEL " in s:
+        return None  # the identity labels: `invoke build --plan` shows them
     if s.startswith("Step ") or s.startswith("specbench:") or "error" in s.lower() or "warning: " in s.lower():
         return s
     if s.startswith("[") and "%]" in s[:8]:
@@ -237,27 +246,42 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
     return built
 
 
-def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | None = None, force: bool = False,
-          prefer: str | None = None, log: Callable[[str], None] = print, host: str = "local",
+def build(target, manifest: Manifest, *, backend: str | None = None, force: bool = False,
+          prefer: str | None = None, log: Callable[[str], None] = print, host: str | None = None,
           jobs: int | None = None, trust_source: bool = False, offline_base: bool = False,
           cpu_shares: int | None = None) -> dict[str, Any]:
-    """Build (or reuse) the image for the manifest; return the build record (also written under .cache/builds).
+    """Build (or reuse) the image for the manifest on an engine (or a Docker client, taken as the local engine);
+    return the build record (also written under .cache/builds).
 
-    A source other than the official llama.cpp one, a custom base image or CMake flags beyond feature switches
-    are refused unless `trust_source` (harness/trust.py). offline_base: for the cuda backend, build on bases made
-    here from PyPI's CUDA wheels instead of nvidia/cuda. cpu_shares: the build containers' CPU weight (1024 is
-    normal; lower yields to other work on a shared machine)."""
+    An image already on the engine with the same identity (source, flags, backend, bases, recipe, architecture) is
+    reused whichever manifest or host asked for it (harness/images.py), without fetching the source. A source other
+    than the official llama.cpp one, a custom base image or CMake flags beyond feature switches are refused unless
+    `trust_source` (harness/trust.py). offline_base: for the cuda backend, build on bases made here from PyPI's CUDA
+    wheels instead of nvidia/cuda. cpu_shares: the build containers' CPU weight (1024 is normal; lower yields to
+    other work on a shared machine)."""
+    from harness import images
+    from harness.engine import Engine, LocalEngine
+
     trust.require_trusted(manifest, trust_source)
+    engine = target if isinstance(target, Engine) else LocalEngine(target)
+    host = host or engine.name
+    client = engine.client
     backend = backend or manifest.build.backend
-    source = resolve_source(manifest, log, prefer)
+    arch = bases.engine_arch(client)
+    if not force and images.identity_known(manifest, prefer):
+        found = images.find(client, manifest, backend, prefer=prefer, arch=arch)
+        if found is not None:
+            log(f"build: {found.tag} is on {host} already (same source, flags, backend, bases and recipe)")
+            return images.record_of(client, found, host)
     made = None
     if backend == "cpu" and not manifest.build.base_image:
-        made = bases.ensure(client, log)
+        made = bases.ensure(engine, log)  # before the source is fetched or anything is sent
     elif backend == "cuda" and not manifest.build.base_image:
         from harness import cuda_base
 
-        made = cuda_base.ensure(client, log) if offline_base else cuda_base.ensure_registry(client, log)
-    p = plan(manifest, source, backend, made)
+        made = cuda_base.ensure(engine, log) if offline_base else cuda_base.ensure_registry(client, log)
+    source = resolve_source(manifest, log, prefer)
+    p = plan(manifest, source, backend, made, arch)
     log(f"build: base {p.base_image} / runtime {p.runtime_image}: {p.base_reason}")
     existing = image_for(client, p.tag)
     reused = existing is not None and not force
@@ -289,6 +313,7 @@ def build(client: docker.DockerClient, manifest: Manifest, *, backend: str | Non
     if cuda_checks is not None:
         record["cuda_checks"] = {k: cuda_checks[k] for k in ("ok", "problems", "size_bytes", "cuda_libraries")}
     schema.check("build", record, "build record")
+    images.remember(record)
     out = CACHE / "builds"
     out.mkdir(parents=True, exist_ok=True)
     write_record(out / f"{p.tag.split(':')[-1]}-{safe_name(host)}.json", record)

@@ -199,12 +199,14 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     else:
         manifest_path = Path(source)
     manifest = mf.load(manifest_path)
-    trust.require_trusted(manifest, trust_source)
-    models.ensure(manifest, models_dir, download=True, log=log)
-    from harness.engine import connect
+    from harness.engine import LocalEngine
 
-    rec = build.build(connect(), manifest, log=log, trust_source=trust_source)
-    log(f"reproduce: image {rec['tag']} ({'reused' if rec['reused'] else 'built'})")
+    trust.require_trusted(manifest, trust_source)
+    engines = engines or [LocalEngine()]  # an engine that does not answer is reported before any download
+    models.ensure(manifest, models_dir, download=True, log=log)
+    for e in engines:
+        rec = build.build(e, manifest, log=log, host=e.name, trust_source=trust_source)
+        log(f"reproduce: image {rec['tag']} on {e.name} ({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
     out = runner.run(manifest_path, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,

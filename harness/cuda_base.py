@@ -118,7 +118,7 @@ def _wheels(arch: str) -> tuple[Wheel, ...]:
 
 def recipe_sha256(arch: str, debian: base.BaseImages | None = None) -> str:
     """Hash of everything that decides the bases: recipe files, layout version, wheel pins, Debian base tags."""
-    debian = debian or base.BaseImages(base.tag_for("builder"), base.tag_for("runtime"), "")
+    debian = debian or base.planned(arch)
     h = hashlib.sha256(f"layout {LAYOUT_VERSION} prefix {PREFIX} release {CUDA_RELEASE}\n".encode())
     for name in RECIPE:
         h.update(name.encode() + b"\0" + (BASE_DIR / name).read_bytes())
@@ -325,15 +325,19 @@ def ensure_registry(client: docker.DockerClient, log: Callable[[str], None] = pr
     return replace(want, reason=want.reason + " (made now)")
 
 
-def ensure(client: docker.DockerClient, log: Callable[[str], None] = print, arch: str | None = None,
+def ensure(engine, log: Callable[[str], None] = print, arch: str | None = None,
            cache: Path = CACHE, force: bool = False) -> base.BaseImages:
     """Make (or reuse) the offline CUDA devel and runtime bases for the engine's architecture; return their tags.
 
     Makes the Debian bases first (harness/bases.py), downloads the pinned wheels into the kit's cache, and builds
     both images with network_mode none: nothing inside `docker build` reaches the network. force: make both
     anew, without the engine's build cache."""
+    from harness.engine import Engine, LocalEngine
+
+    engine = engine if isinstance(engine, Engine) else LocalEngine(engine)
+    client = engine.client
     arch = arch or arch_of(client)
-    debian = base.ensure(client, log)
+    debian = base.ensure(engine, log)
     debian_arch = ARCHES.get(str(client.images.get(debian.builder).attrs.get("Architecture")), "?")
     if debian_arch != arch:
         # debootstrap makes the Debian bases for the machine that runs the kit, not for a remote engine.

@@ -32,7 +32,15 @@ def connect(base_url: str | None = None, timeout: int = 600, **kwargs: Any) -> d
         return client
     except docker.errors.DockerException as e:
         where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        if "Permission denied" in str(e) or "PermissionError" in str(e):
+            raise KitError(f"permission denied on the Docker socket {where}: add your user to the docker group "
+                           "(`sudo usermod -aG docker $USER`, then log in again) or run as a user who may use "
+                           "Docker") from None
         reason = str(e).split("(")[0].strip().rstrip(":")
+        if where.startswith("unix://") and not os.path.exists(where[len("unix://"):]):
+            reason = "no socket file there"
+        elif "Connection refused" in str(e) or "ConnectionRefused" in str(e):
+            reason = "connection refused"
         raise KitError(f"no Docker engine answers at {where} ({reason}); {DOCKER_HINT}") from None
 
 
@@ -61,6 +69,8 @@ class Engine:
 
     #: The host label recorded with every measurement.
     name: str = "local"
+    #: Whether the engine's host is another machine (reached over SSH).
+    remote: bool = False
     #: Errors that mean "the server is not listening yet" on this engine's way of reaching it.
     transient_errors: tuple[type[BaseException], ...] = ()
 

@@ -25,6 +25,8 @@ import logging
 import random
 import re
 import shlex
+import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,9 @@ def open_connection(spec: str, *, port: int | None = None, key_filename: str | N
         raise KitError(f"{label}: SSH failed: {e}") from None
     except paramiko.ssh_exception.NoValidConnectionsError:
         raise KitError(f"{label}: connection refused (is sshd running and listening on port {conn.port}?)") from None
+    except socket.gaierror:
+        raise KitError(f"{label}: no such host: {conn.host!r} does not resolve (check the name, or its HostName "
+                       "in ~/.ssh/config)") from None
     except TimeoutError:
         raise KitError(f"{label}: no answer within {connect_timeout:g} s (host down or port filtered?)") from None
     except OSError as e:
@@ -233,6 +238,7 @@ class _ChannelHTTPConnection(http.client.HTTPConnection):
         channel = transport.open_channel("direct-tcpip", ("127.0.0.1", self._endpoint.port), ("127.0.0.1", 0),
                                          timeout=self.timeout)
         channel.settimeout(self.timeout)
+        self._endpoint.channels += 1
         self.sock = _ChannelSocket(channel)
 
 
@@ -242,6 +248,8 @@ class TunnelEndpoint(Endpoint):
     def __init__(self, conn: Connection, port: int):
         super().__init__(port)
         self.conn = conn
+        #: direct-tcpip channels opened to the server (health polls and requests), for tests and diagnostics.
+        self.channels = 0
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         return _ChannelHTTPConnection(self, timeout)
@@ -250,6 +258,7 @@ class TunnelEndpoint(Endpoint):
 class RemoteEngine(Engine):
     """A Docker engine on the host at the other end of a Fabric Connection (Engine's operations over SSH)."""
 
+    remote = True
     transient_errors = (paramiko.ChannelException, paramiko.SSHException, EOFError)
 
     def __init__(self, conn: Connection, label: str | None = None, remote_models: str | None = None):
@@ -257,6 +266,8 @@ class RemoteEngine(Engine):
         self.name = label or host_label(conn)
         super().__init__(docker_over(conn))
         self._models_dir = remote_models
+        #: every server endpoint handed out, so a run can show its servers were reached only through the tunnel.
+        self.endpoints: list[TunnelEndpoint] = []
 
     @classmethod
     def connect(cls, spec: str, **kwargs: Any) -> RemoteEngine:
@@ -296,7 +307,9 @@ class RemoteEngine(Engine):
                 return port
 
     def endpoint(self, port: int) -> TunnelEndpoint:
-        return TunnelEndpoint(self.conn, port)
+        ep = TunnelEndpoint(self.conn, port)
+        self.endpoints.append(ep)
+        return ep
 
     # -- models on the host
     def models_dir(self) -> str:
@@ -330,11 +343,51 @@ class RemoteEngine(Engine):
         code, out = self.run_host(["sha256sum", path], timeout=3600)
         return out.split()[0] if code == 0 and out.strip() else None
 
+    def send_chunks(self, chunks: Iterable[bytes], remote: str) -> None:
+        """Write bytes to a file on the host through an SSH exec channel (`cat > file`): no SFTP subsystem needed,
+        which hardened sshd configurations often leave out."""
+        transport = self.conn.transport
+        if transport is None or not transport.is_active():
+            raise KitError(f"{self.name}: the SSH connection is down; run the task again")
+        try:
+            channel = transport.open_session(timeout=30)
+            channel.exec_command(f"cat > {shlex.quote(remote)}")
+            for chunk in chunks:
+                channel.sendall(chunk)
+            channel.shutdown_write()
+            code = channel.recv_exit_status()
+            err = channel.recv_stderr(4096).decode("utf-8", "replace").strip()
+            channel.close()
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise KitError(f"{self.name}: cannot send files over SSH ({e or type(e).__name__}): the kit writes "
+                           "them with `cat` on an SSH exec channel; allow command execution for this user "
+                           "(no ForceCommand or restricted shell)") from None
+        if code != 0:
+            raise KitError(f"{self.name}: cannot write {remote} ({err.splitlines()[-1] if err else f'exit {code}'});"
+                           " choose a folder this user may write with --remote-models")
+
+    def send_bytes(self, data: bytes, remote: str) -> None:
+        self.send_chunks([data], remote)
+
+    def send_file(self, path: Path, remote: str, chunk: int = 1 << 20) -> None:
+        def read():
+            with open(path, "rb") as f:
+                while block := f.read(chunk):
+                    yield block
+
+        self.send_chunks(read(), remote)
+
     def place_models(self, local: dict[str, Path], log, upload_limit: int = 2 << 30) -> dict[str, Path]:
-        """Model files at the host's models folder, sha256-checked; copies missing ones from here (SFTP) when
-        they are small enough to send, else says where to put them."""
+        """Model files at the host's models folder, sha256-checked; copies missing ones from here (over the SSH
+        exec channel) when they are small enough to send, else says where to put them."""
         folder = self.models_dir()
-        self.run_host(["mkdir", "-p", folder])
+        code, _ = self.run_host(["mkdir", "-p", folder])
+        if code != 0:
+            raise KitError(f"{self.name}: cannot make the models folder {folder}; choose one this user may write "
+                           "with --remote-models")
+        code, _ = self.run_host(["sh", "-c", "command -v sha256sum"])
+        if code != 0:
+            raise KitError(f"{self.name}: sha256sum is missing there (coreutils); install it to check model files")
         out: dict[str, Path] = {}
         for key, path in local.items():
             remote = f"{folder}/{path.name}"
@@ -347,7 +400,7 @@ class RemoteEngine(Engine):
                                    f"{path.name} is {size / 1e9:.1f} GB, too large to send over SSH: download it "
                                    f"there (`invoke models` on the host) or copy it with scp")
                 log(f"{self.name}: sending {path.name} ({size / 1e6:.1f} MB) to {remote}")
-                self.conn.put(str(path), remote + ".partial")
+                self.send_file(path, remote + ".partial")
                 self.run_host(["mv", remote + ".partial", remote])
                 if self.remote_sha256(remote) != want:
                     raise KitError(f"{self.name}: {remote} has a different sha256 after sending it")

@@ -33,18 +33,30 @@ def _resume(results_dir: Path, resume: str, manifest_path: Path) -> tuple[RunDir
     return rd, meta, manifest
 
 
-def _image(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any]:
-    """The build record of the manifest's image; every engine must hold it."""
-    record = None
+def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
+           log: Callable[[str], None], trust_source: bool = False) -> dict[str, Any]:
+    """The build record of the manifest's image, found on every engine by its identity (harness/images.py);
+    built where it is missing unless `build_missing` is off."""
+    from harness import images
+
+    records: dict[str, dict[str, Any]] = {}
     for e in engines:
-        rec = build.latest_record(manifest, host=e.name)
+        rec = images.record(e.client, manifest, host=e.name)
         if rec is None:
-            where = "on this machine" if e.name == "local" else f"on {e.name}"
             flag = "" if e.name == "local" else f" --host {e.name}"
-            raise KitError(f"no image built for manifest {manifest.name} {where}; run `invoke build{flag}` first")
-        record = record or rec
-    assert record is not None
-    return record
+            if not build_missing:
+                raise KitError(f"no image of manifest {manifest.name}'s build (source, flags, backend) on {e.name}; "
+                               f"run `invoke build --manifest {manifest.path}{flag}`, or drop --no-build")
+            log(f"{e.name}: no image of this build yet; building it now, as `invoke build{flag}` would "
+                "(minutes the first time)")
+            rec = build.build(e, manifest, host=e.name, log=log, trust_source=trust_source)
+        records[e.name] = rec
+    tags = {r["tag"] for r in records.values()}
+    if len(tags) > 1:
+        which = ", ".join(f"{h}: {r['tag']}" for h, r in records.items())
+        raise KitError(f"the hosts need different images ({which}; their architectures differ): run each host in "
+                       "a run of its own")
+    return next(iter(records.values()))
 
 
 def check_image(engines: list[Engine], record: dict[str, Any], log: Callable[[str], None]) -> None:
@@ -70,13 +82,15 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
-        max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False) -> str:
+        max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False,
+        build_missing: bool = True) -> str:
     """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
 
-    With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup interval is still wider
-    are added after the planned ones, until every cell converges or `max_rounds` rounds have run. The image runs
-    code from the manifest's source: one that is not the official llama.cpp source on the kit's images is refused
-    unless `trust_source` (harness/trust.py)."""
+    The image is found on each engine by its identity; where it is missing it is built first, unless
+    `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
+    interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
+    have run. The image runs code from the manifest's source: one that is not the official llama.cpp source on the
+    kit's images is refused unless `trust_source` (harness/trust.py)."""
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
@@ -93,7 +107,7 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
     trust.require_trusted(manifest, trust_source)  # before any engine is reached
     engines = engines or [LocalEngine()]
     if meta is None:
-        record = _image(manifest, engines)
+        record = _image(manifest, engines, build_missing, log, trust_source)
     model_paths = models.ensure(manifest, models_dir, download=True, log=log)
     from harness.doctor import require_ready
 

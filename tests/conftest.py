@@ -3,6 +3,7 @@ and one real demo run that the run and report tests read."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -20,7 +21,7 @@ SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
-DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd"}
+DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
 IMAGE_FIXTURES = {"demo_image", "demo_run"}
 
 
@@ -31,7 +32,7 @@ def pytest_collection_modifyitems(config, items):
             it.add_marker(pytest.mark.docker)
         if names & IMAGE_FIXTURES:
             it.add_marker(pytest.mark.image)
-        if "sshd" in names:
+        if names & {"sshd", "sshd_nosftp"}:
             it.add_marker(pytest.mark.ssh)
     # The slow, image-dependent tests go last, so the quick ones report first.
     items.sort(key=lambda it: 1 if it.get_closest_marker("image") else 0)
@@ -118,9 +119,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory):
-    """A real sshd of the tests' own: loopback only, its own config, host key and client keys.
+@contextlib.contextmanager
+def running_sshd(d: Path, sftp: bool = True):
+    """A real sshd of the tests' own in folder `d`: loopback only, its own config, host key and client keys; with
+    `sftp=False` it offers no SFTP subsystem (as hardened hosts do).
 
     Yields a dict with port, user, client_key, wrong_key and known_hosts (holding this sshd's host key)."""
     import getpass
@@ -131,13 +133,12 @@ def sshd(tmp_path_factory):
     for tool in ("/usr/sbin/sshd", "ssh-keygen"):
         if not shutil.which(tool):
             pytest.fail(f"{tool} is required for the remote tests (apt-get install openssh-server)")
-    d = tmp_path_factory.mktemp("sshd")
     for name in ("host_key", "client_key", "wrong_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
     (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
     port = _free_port()
-    sftp = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server")
-                 if os.path.exists(p)), "internal-sftp")
+    sftp_server = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server")
+                        if os.path.exists(p)), "internal-sftp")
     (d / "sshd_config").write_text("\n".join([
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}",
         f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / 'sshd.pid'}",
@@ -145,7 +146,7 @@ def sshd(tmp_path_factory):
         # root's password is locked: without PAM the account check refuses the login
         "UsePAM yes",
         # keys under /tmp fail the mode check
-        "StrictModes no", f"Subsystem sftp {sftp}", ""]))
+        "StrictModes no", *([f"Subsystem sftp {sftp_server}"] if sftp else []), ""]))
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")])
     deadline = time.monotonic() + 20
@@ -159,8 +160,24 @@ def sshd(tmp_path_factory):
             time.sleep(0.1)
     host_pub = (d / "host_key.pub").read_text().split()
     (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    yield {"port": port, "user": getpass.getuser(), "client_key": str(d / "client_key"),
-           "wrong_key": str(d / "wrong_key"), "known_hosts": str(d / "known_hosts"), "dir": d,
-           "spec": f"{getpass.getuser()}@127.0.0.1:{port}"}
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        yield {"port": port, "user": getpass.getuser(), "client_key": str(d / "client_key"),
+               "wrong_key": str(d / "wrong_key"), "known_hosts": str(d / "known_hosts"), "dir": d,
+               "spec": f"{getpass.getuser()}@127.0.0.1:{port}"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real sshd of the tests' own (see running_sshd)."""
+    with running_sshd(tmp_path_factory.mktemp("sshd")) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def sshd_nosftp(tmp_path_factory):
+    """A real sshd that offers no SFTP subsystem."""
+    with running_sshd(tmp_path_factory.mktemp("sshd-nosftp"), sftp=False) as s:
+        yield s
