@@ -60,7 +60,9 @@ class TensorInfo:
 @dataclass(frozen=True)
 class ModelFacts:
     """What a GGUF header says. `kv` holds every key; arrays longer than KEEP_ARRAY_ITEMS are summarised as
-    {"array_of": type, "length": n}. `vocab_sha256` fingerprints the token list (length-prefixed UTF-8)."""
+    {"array_of": type, "length": n}. `vocab_sha256` fingerprints the token list (length-prefixed UTF-8).
+
+    Long by design: one short derived property per fact the pre-flight and the physics check read."""
 
     source: str
     version: int

@@ -256,7 +256,9 @@ class TunnelEndpoint(Endpoint):
 
 
 class RemoteEngine(Engine):
-    """A Docker engine on the host at the other end of a Fabric Connection (Engine's operations over SSH)."""
+    """A Docker engine on the host at the other end of a Fabric Connection (Engine's operations over SSH).
+
+    Long by design: Engine's operations that need the host (commands, files, ports, models) over the connection."""
 
     remote = True
     transient_errors = (paramiko.ChannelException, paramiko.SSHException, EOFError)
