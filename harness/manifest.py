@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -251,8 +252,10 @@ class Manifest:
             return self.strategy(strategy.baseline)
         return self.baseline(strategy.model)
 
-    def models_used(self) -> list[ModelFile]:
-        used = [k for s in self.strategies for k in s.model_keys()]
+    def models_used(self, strategy_ids: Iterable[str] | None = None) -> list[ModelFile]:
+        """The models the strategies use (all of them, or those named), targets and drafts, each once."""
+        only = None if strategy_ids is None else set(strategy_ids)
+        used = [k for s in self.strategies if only is None or s.id in only for k in s.model_keys()]
         return [self.models[k] for k in dict.fromkeys(used)]
 
 

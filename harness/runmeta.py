@@ -185,7 +185,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
     """The run metadata of a new run, normalised from the manifest and the plan."""
     folder = manifest.folder
     strategies = []
-    for s in [*manifest.strategies, *(s for s in plan.strategies if s not in manifest.strategies)]:
+    for s in plan.strategies:  # those measured (an A/A twin included), with the models they use
         base = manifest.baseline_for(s)
         strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
                                        base.id if base is not None and base.id != s.id else None, tuple(s.args),

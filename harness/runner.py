@@ -108,13 +108,15 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
     engines = engines or [LocalEngine()]
     if meta is None:
         record = _image(manifest, engines, build_missing, log, trust_source)
-    model_paths = models.ensure(manifest, models_dir, download=True, log=log)
+    plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
+                     shuffle_seed=seed, aa_control=aa_control)
+    # only the models this plan measures with: `--strategy baseline` needs no drafter
+    model_paths = models.ensure(manifest, models_dir, download=True, log=log,
+                                 strategies=[s.id for s in plan.strategies])
     from harness.doctor import require_ready
 
     for e in engines:
         require_ready(e, manifest, models_dir)
-    plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control)
     if until is not None:
         max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
         if max_rounds < plan.runs:

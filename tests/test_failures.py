@@ -147,7 +147,8 @@ def test_every_host_task_against_an_sshd_without_sftp(tmp_path, sshd_nosftp, dem
         assert res.returncode == 0 and "Traceback" not in res.stderr, (task, res.stdout[-800:], res.stderr[-1500:])
         if task == "run":
             assert "sending tiny-target.gguf" in res.stdout and "1 ok, 0 failed" in res.stdout
-    assert sorted(p.name for p in remote_models.iterdir()) == ["tiny-draft.gguf", "tiny-target.gguf"]
+    # `run --strategy baseline` sends the one model it measures with, no drafter
+    assert sorted(p.name for p in remote_models.iterdir()) == ["tiny-target.gguf"]
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder\n")
     res, _ = _invoke(["run", *_valid_args("run", tmp_path), *ssh, "--remote-models", str(blocked / "models")])

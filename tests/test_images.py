@@ -178,12 +178,12 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
     with pytest.raises(KitError, match=r"no image of manifest first's build .* on local; run `invoke build "
                                        r".*drop --no-build"):
         runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, progress=False,
-                   log=lambda s: None, build_missing=False)
+                   log=lambda s: None, build_missing=False, trust_source=True)
     lines: list[str] = []
     image_id = None
     try:
         out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="built", progress=False,
-                         log=lines.append)
+                         log=lines.append, trust_source=True)
         assert any("no image of this build yet; building it now" in ln for ln in lines)
         assert any(ln.startswith("build: building specbench/llama-server:cpu-") for ln in lines)  # its progress
         assert "0 ok, 1 failed" in out  # the fake server exits at once: the run records it and goes on
@@ -194,7 +194,7 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
         second = mf.load(write_manifest(tmp_path / "second", yaml.safe_dump(raw, allow_unicode=True), "second.yaml"))
         again = images.find(docker_client, second)
         assert again is not None and again.image.id == image_id and again.tag == found.tag
-        rec = bd.build(docker_client, second, log=lines.append)
+        rec = bd.build(docker_client, second, log=lines.append, trust_source=True)
         assert rec["reused"] and rec["image_id"] == image_id and rec["server_version"].startswith("version: 1")
         (src / "tools" / "server" / "server.c").write_text("int main(void) { return 2; }\n")
         assert images.find(docker_client, second) is None  # the folder's content is its identity
