@@ -27,7 +27,9 @@ def _manifest(tmp_path, runs=4, n_predict=64, tasks=("json-out", "translate")):
     return write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "v.yaml")
 
 
-HOG = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
+# bounded, and killed by pid when the run ends: with one of two cores taken, llama-server's threads wait on each
+# other and a 0.1 s decode takes 2-20 s here, so the hog must outlast the run's second half
+HOG = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end:\n    pass\n"
 
 
 def test_cpu_hog_during_half_a_run_is_measured_and_named(tmp_path, demo_image, models_dir):
@@ -54,10 +56,12 @@ def test_cpu_hog_during_half_a_run_is_measured_and_named(tmp_path, demo_image, m
     assert hog, "the hog never started"
     recs = sorted(RunDir.open(tmp_path / "r" / "hog").measurements(), key=lambda r: r["order"])
     assert all("interference" in r for r in recs)
-    during = [r for r in recs if r["order"] >= started_at[0]]
+    # the measurement the hog started beside may have begun its timed request first: judge the ones after it
+    during = [r for r in recs if r["order"] > started_at[0]]
     # the hog keeps one core busy: every measurement while it ran sees at least ~0.6 cores of other work
-    assert all(r["interference"]["others_cores"] >= 0.6 and r["interference"]["disturbed"] for r in during), \
-        [r["interference"]["others_cores"] for r in during]
+    assert len(during) >= 6 and all(r["interference"]["others_cores"] >= 0.6 and r["interference"]["disturbed"]
+                                    for r in during), \
+        " ".join(f'{r["order"]}:{r["interference"]["others_cores"]}:{r["interference"]["disturbed"]}' for r in recs)
     s = summarize(RunDir.open(tmp_path / "r" / "hog"))
     named = set(s["interference"]["local"]["disturbed_ids"])
     assert {r["measurement_id"] for r in during} <= named
