@@ -210,3 +210,47 @@ def test_real_text_block_as_written(clone, demo_image):
     results = (clone.path / "RESULTS.md").read_text()
     assert f"## Run {new[1].name}" in results and "**naive: one server per strategy" in results
     assert "drafted/accepted" in results
+
+
+def _inline_commands() -> list[str]:
+    """Every command the README's prose shows in backticks (outside the ```sh blocks the tests above run)."""
+    prose = re.sub(r"```.*?```", "", README.read_text(encoding="utf-8"), flags=re.S).replace("\n", " ")
+    return re.findall(r"`((?:invoke|python3) [^`]*)`", prose)
+
+
+def test_every_inline_command_names_real_tasks_flags_and_scripts():
+    """What the prose shows (synopses like `invoke run --until 5% [--max-rounds N]`, bench scripts) exists as
+    written: each task, each of its flags, each script with --help."""
+    commands = _inline_commands()
+    assert len(commands) > 20, commands
+    helps: dict[str, str] = {}
+
+    def help_of(task: str) -> str:
+        if task not in helps:
+            res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "--help", task],
+                                 capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, f"README shows `invoke {task}`, which is no task: {res.stderr}"
+            helps[task] = res.stdout
+        return helps[task]
+
+    for cmd in commands:
+        words = cmd.replace("\\|", "|").split()
+        if words[0] == "python3":
+            res = subprocess.run([sys.executable, str(ROOT / words[1]), "--help"], capture_output=True, text=True,
+                                 timeout=60)
+            assert res.returncode == 0 and "usage" in res.stdout, (cmd, res.stderr[-500:])
+            continue
+        if words[1] == "--help":
+            continue
+        tasks, flags = [], []
+        for w in words[1:]:
+            w = w.strip("[]")
+            if w == "&&" or not w:
+                break
+            if w.startswith("--"):
+                flags.append(w.split("=")[0])
+            elif not flags and re.fullmatch(r"[a-z]+", w):
+                tasks.append(w)
+        assert tasks, cmd
+        for flag in flags:
+            assert flag in help_of(tasks[-1]), f"README shows `{cmd}`: `invoke {tasks[-1]}` has no {flag}"
