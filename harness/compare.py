@@ -92,6 +92,10 @@ def compare(dir_a, dir_b) -> dict[str, Any]:
             row["verdict"] = "not comparable"
             row["rule"] = "different " + " / ".join(blocking)
         rows.append(row)
+    s_at = {s: i for i, s in enumerate(ma.plan.strategies)}
+    t_at = {t: i for i, t in enumerate(ma.plan.tasks)}
+    rows.sort(key=lambda r: (ma.plan.hosts.index(r["host"]) if r["host"] in ma.plan.hosts else len(pairs),
+                             s_at.get(r["strategy"], len(s_at)), t_at.get(r["task"], len(t_at))))  # A's plan order
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1

@@ -69,9 +69,9 @@ class Progress:
         if rec["status"] == "failed":
             self.say(f"failed: {rec['measurement_id']}: {rec['failure']['reason']}")
         elif self.bar is None:
-            tps = rec["client"].get("decode_tok_s")
-            self.log(f"{rec['measurement_id']}: {tps if tps is not None else '-'} tok/s "
-                     f"(server {rec['server'].get('predicted_per_second')})")
+            tps, server = rec["client"].get("decode_tok_s"), rec["server"].get("predicted_per_second")
+            self.log(f"{rec['measurement_id']}: {'-' if tps is None else f'{tps:.1f}'} tok/s "
+                     f"(server {'-' if server is None else f'{server:.1f}'})")
         if self.bar is not None:
             host = f"{rec['host']} " if self.several_hosts else ""
             self.bar.set_description(f"{host}round {rec['round']} {rec['strategy']}/{rec['task']}")

@@ -7,9 +7,9 @@ llama-server flags pass an allow-list (harness/flags.py)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from collections.abc import Iterable
 from typing import Any
 
 import yaml
