@@ -92,10 +92,9 @@ def compare(dir_a, dir_b) -> dict[str, Any]:
             row["verdict"] = "not comparable"
             row["rule"] = "different " + " / ".join(blocking)
         rows.append(row)
-    s_at = {s: i for i, s in enumerate(ma.plan.strategies)}
-    t_at = {t: i for i, t in enumerate(ma.plan.tasks)}
-    rows.sort(key=lambda r: (ma.plan.hosts.index(r["host"]) if r["host"] in ma.plan.hosts else len(pairs),
-                             s_at.get(r["strategy"], len(s_at)), t_at.get(r["task"], len(t_at))))  # A's plan order
+    at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
+          (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}
+    rows.sort(key=lambda r: tuple(at[f].get(r[f], len(at[f])) for f in ("host", "strategy", "task")))  # A's plan order
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
