@@ -146,11 +146,13 @@ class Engine:
 
     def kit_containers(self, run_id: str | None = None, helpers: bool = False) -> list:
         """Containers the kit labelled, optionally of one run, running or not; with `helpers`, also its
-        short-lived ones (version check, probe)."""
+        short-lived ones (version check, probe). A container removed between the listing and its inspection (by
+        another run or host on the same engine) is left out, not an error."""
         label = f"{LABEL_PREFIX}.run={run_id}" if run_id else f"{LABEL_PREFIX}.run"
-        found = self.client.containers.list(all=True, filters={"label": label})
+        found = self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
         if helpers and run_id is None:
-            found += self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.role"})
+            found += self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.role"},
+                                                 ignore_removed=True)
         return found
 
     # -- host facts

@@ -237,3 +237,42 @@ def test_invoke_clean_removes_labelled_leftovers(demo_image, docker_client):
         assert docker_client.containers.list(all=True, filters={"id": other.id}) != []
     finally:
         other.remove(force=True)
+
+
+def test_kit_containers_while_another_run_on_the_engine_removes_its_own(demo_image):
+    """Two runs (or two hosts) on one engine: a container the other removes between the listing and its inspection
+    is left out of the listing, never a 404 that ends this run."""
+    import threading
+
+    import docker
+
+    engine = LocalEngine()
+    run_id = f"race-{os.getpid()}"
+    stop = threading.Event()
+    churned = []
+
+    def churn() -> None:  # the other run: create and remove its containers, by id, as fast as the engine lets it
+        while not stop.is_set():
+            c = engine.client.containers.create(demo_image["image_id"], command=["true"],
+                                                labels={"specbench.run": run_id})
+            c.remove(force=True)
+            churned.append(c.id)
+
+    other = threading.Thread(target=churn)
+    other.start()
+    lost: list[str] = []
+    listings = 0
+    try:
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            listings += 1
+            try:
+                engine.kit_containers(run_id)
+            except docker.errors.NotFound as e:
+                lost.append(str(e))
+    finally:
+        stop.set()
+        other.join(timeout=30)
+    assert len(churned) > 20 and listings > 200, (len(churned), listings)
+    assert lost == [], f"{len(lost)} of {listings} listings failed: {lost[0]}"
+    assert engine.kit_containers(run_id) == []
