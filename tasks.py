@@ -69,7 +69,7 @@ HOST_HELP = {
 @contextlib.contextmanager
 def _engines(c, host, ssh_key, known_hosts, remote_models):
     """The engines of the named hosts (or invoke.yaml's, or local), all closed when the task is done."""
-    from harness.remote import engines_for
+    from harness.hosts.remote import engines_for
 
     hosts = _split(host) or list(_cfg(c, "hosts", []) or [])
     engines = engines_for(hosts, ssh_key=ssh_key, known_hosts=known_hosts, remote_models=remote_models)
@@ -126,8 +126,8 @@ def kit_errors(fn):
 @kit_errors
 def validate(c, manifest=None, strict=False, models_dir=None):
     """Validate a manifest and print its plan; model files already present are checked against their strategies."""
-    from harness import manifest as mf
-    from harness import plan
+    from harness.intake import manifest as mf
+    from harness.run import plan
 
     m = mf.load(_manifest_path(c, manifest))
     print(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict))
@@ -141,8 +141,8 @@ def validate(c, manifest=None, strict=False, models_dir=None):
 @kit_errors
 def models(c, manifest=None, models_dir=None, no_download=False):
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
-    from harness import manifest as mf
-    from harness import models as md
+    from harness.intake import manifest as mf
+    from harness.models import ensure as md
 
     m = mf.load(_manifest_path(c, manifest))
     paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
@@ -170,24 +170,25 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
-    from harness import build as bd
-    from harness import manifest as mf
-    from harness.trust import require_trusted
+    from harness.image import build as bd
+    from harness.image import recipe
+    from harness.intake import manifest as mf
+    from harness.intake.trust import require_trusted
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
     m = mf.load(_manifest_path(c, manifest))
     require_trusted(m, trust_source)  # before any engine or source is reached (a local folder's identity runs git)
     if plan:
-        from harness.source import describe_source
+        from harness.image.source import describe_source
 
         tree = describe_source(m, prefer=source)
         made = None
         if (backend or m.build.backend) == "cuda" and not m.build.base_image:
-            from harness import cuda_base
+            from harness.image import cuda_base
 
             made = cuda_base.planned(offline=base == "offline")
-        print(json.dumps(bd.plan(m, tree, backend, made).as_dict(), indent=2))
+        print(json.dumps(recipe.build_plan(m, tree, backend, made).as_dict(), indent=2))
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
@@ -207,8 +208,8 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 @kit_errors
 def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Check that each host is ready: Docker, GPU and driver, NVIDIA runtime, disk, model files, image."""
-    from harness import doctor as dr
-    from harness import manifest as mf
+    from harness.intake import manifest as mf
+    from harness.run import doctor as dr
 
     m = mf.load(_manifest_path(c, manifest))
     failed = 0
@@ -249,9 +250,9 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
-    from harness import manifest as mf
-    from harness import runner
-    from harness.trust import require_trusted
+    from harness.intake import manifest as mf
+    from harness.intake.trust import require_trusted
+    from harness.run import runner
 
     require_trusted(mf.load(_manifest_path(c, manifest)), trust_source)  # before any engine is reached
     runs = runs or _cfg(c, "runs")
@@ -275,7 +276,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 @kit_errors
 def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
-    from harness import report as rp
+    from harness.analysis import report as rp
 
     dirs = [Path(d) for d in _split(run_dir)] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
     written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
@@ -290,9 +291,9 @@ def report(c, run_dir=None, out=None, no_plot=False):
 def sensitivity(c, run_dir=None):
     """Prompt sensitivity: each probe variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
-    from harness import report as rp
-    from harness.results import RunDir
-    from harness.summary import summarize
+    from harness.analysis import report as rp
+    from harness.analysis.summary import summarize
+    from harness.store.rundir import RunDir
 
     d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
     table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
@@ -326,7 +327,7 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
 @kit_errors
 def bundle(c, run_dir, out=None, manifest_dir=None):
     """Write one archive with a run's manifest, prompts, run folder and RESULTS.md, for someone to reproduce."""
-    from harness import bundle as bu
+    from harness.share import bundle as bu
 
     path = bu.make(Path(run_dir), Path(out) if out else None, Path(manifest_dir) if manifest_dir else None)
     print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)")
@@ -342,11 +343,11 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
 @kit_errors
 def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
-    from harness import bundle as bu
-    from harness import compare as cmp
+    from harness.analysis import compare as cmp
+    from harness.share.reproduce import reproduce as reproduce_here
 
-    res = bu.reproduce(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                       progress=not no_progress, trust_source=trust_source)
+    res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
+                         progress=not no_progress, trust_source=trust_source)
     if res.get("comparison"):
         print(cmp.text(res["comparison"]))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
@@ -359,12 +360,12 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
 })
 @kit_errors
 def compare(c, a, b, out=None):
-    """Two runs side by side per cell: both medians, B/A, and same/faster/slower within the runs' own spread."""
+    """Two runs side by side per cell: both medians, B/A, reproduces / differs / inconclusive per cell."""
     import tempfile
 
-    from harness import bundle as bu
-    from harness import compare as cmp
-    from harness import report as rp
+    from harness.analysis import compare as cmp
+    from harness.analysis import report as rp
+    from harness.share import bundle as bu
 
     with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
         dirs = []
@@ -386,9 +387,9 @@ def compare(c, a, b, out=None):
 @kit_errors
 def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Measure each host's memory bandwidth in the image; later runs' physics checks use it, not the spec sheet."""
-    from harness import images
-    from harness import manifest as mf
-    from harness import probe as pb
+    from harness.image import images
+    from harness.intake import manifest as mf
+    from harness.run import bandwidth as pb
 
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:

@@ -3,9 +3,9 @@
     python3 bench/cuda_compile.py [--manifest manifests/spark-qwen3.8-27b.yaml] [--source sdist] [--jobs 2]
                                   [--cpu-shares 128] [--force] [--estimate-only]
 
-Makes the offline CUDA bases (harness/cuda_base.py), builds the manifest's image on them (llama.cpp's CUDA
+Makes the offline CUDA bases (harness/image/cuda_base.py), builds the manifest's image on them (llama.cpp's CUDA
 backend for the manifest's architectures, 121 for the Spark study), runs the no-GPU checks
-(harness/cuda_image.py) and prints: wall time, image and base sizes, the check results. Then it estimates what a
+(harness/image/cuda_image.py) and prints: wall time, image and base sizes, the check results. Then it estimates what a
 multi-architecture build would cost: it times the same sample of ggml-cuda files for the manifest's
 architectures and for llama.cpp's default list, and scales the measured wall time by their ratio.
 Order of an hour on 2 cores; `--cpu-shares 128` lets other work on the machine go first."""
@@ -22,10 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import docker  # noqa: E402
-from harness import LABEL_PREFIX, cuda_base, cuda_image, engine  # noqa: E402
-from harness import build as bd  # noqa: E402
-from harness import manifest as mf  # noqa: E402
-from harness.source import resolve_source  # noqa: E402
+from harness import LABEL_PREFIX, engine  # noqa: E402
+from harness.image import build as bd  # noqa: E402
+from harness.image import cuda_base, cuda_image
+from harness.image.source import resolve_source  # noqa: E402
+from harness.intake import manifest as mf  # noqa: E402
 
 #: llama.cpp's default CUDA architectures for CUDA 13 (ggml/src/ggml-cuda/CMakeLists.txt, GGML_NATIVE=OFF).
 DEFAULT_ARCHS = "75-virtual;80-virtual;86-real;89-real;90-virtual;120a-real;121a-real"

@@ -21,9 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from harness import ROOT, cuda_base, cuda_image, engine  # noqa: E402
-from harness import build as bd  # noqa: E402
-from harness import manifest as mf  # noqa: E402
+from harness import ROOT, engine  # noqa: E402
+from harness.image import build as bd  # noqa: E402
+from harness.image import cuda_base, cuda_image
+from harness.intake import manifest as mf  # noqa: E402
 
 SMOKE_TREE = ROOT / "tests" / "data" / "llama-cuda-smoke"
 

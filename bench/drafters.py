@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import MANIFESTS  # noqa: E402
-from harness.drafters import write_generated  # noqa: E402
+from harness.models.drafters import write_generated  # noqa: E402
 from tests.llama_server import run_once  # noqa: E402
 
 #: file -> (kind, seed, alpha): the demo target and what each type needs.

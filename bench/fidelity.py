@@ -27,11 +27,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, images, runner  # noqa: E402
-from harness import manifest as mf  # noqa: E402
-from harness import models as md  # noqa: E402
-from harness.engine import LocalEngine  # noqa: E402
-from harness.results import RunDir  # noqa: E402
+from harness import DEFAULT_MANIFEST, runner  # noqa: E402
+from harness.hosts.engine import LocalEngine  # noqa: E402
+from harness.image import images
+from harness.intake import manifest as mf  # noqa: E402
+from harness.models import ensure as md  # noqa: E402
+from harness.store.rundir import RunDir  # noqa: E402
 
 
 def main() -> None:
@@ -47,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
 
     demo = mf.load(DEFAULT_MANIFEST)
-    from harness.engine import connect
+    from harness.hosts.engine import connect
 
     rec = images.record(connect(), demo, host="local")
     if rec is None:
@@ -126,8 +127,8 @@ def interleaved(eng, image, demo, paths, args, server_args, llama_bench):
     out of the ratios."""
     import dataclasses
 
-    from harness.client import request_body, stream_completion
-    from harness.server import server_spec, wait_ready
+    from harness.run.client import request_body, stream_completion
+    from harness.run.server import server_spec, wait_ready
 
     manifest = dataclasses.replace(demo, server_args=tuple(server_args))
     task = dataclasses.replace(demo.task(args.task), n_predict=args.n_predict)

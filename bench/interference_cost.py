@@ -1,4 +1,4 @@
-"""What harness.interference costs and what it sees. Prints the time each read takes (host cgroup file vs
+"""What harness.run.interference costs and what it sees. Prints the time each read takes (host cgroup file vs
 `exec_run` inside the container, /proc/stat, the frequency/throttle shell, a whole sample), then the interference
 figure over windows with nothing added, with a busy loop on the host, and with a busy loop inside the container.
 
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import interference as itf  # noqa: E402
-from harness.engine import LocalEngine  # noqa: E402
+from harness.hosts.engine import LocalEngine  # noqa: E402
+from harness.run import interference as itf  # noqa: E402
 
 
 def timed(fn, n: int) -> float:

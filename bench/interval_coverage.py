@@ -1,4 +1,4 @@
-"""How often does a speedup interval contain the true speedup? Prints the coverage of harness.stats' interval
+"""How often does a speedup interval contain the true speedup? Prints the coverage of harness.analysis.stats' interval
 methods (Student-t on the logs, percentile bootstrap of the median, and their hull, which the kit uses from
 stats.MIN_BOOTSTRAP_ROUNDS rounds on) over simulated paired rounds, per number of rounds and noise model.
 

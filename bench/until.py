@@ -1,6 +1,6 @@
-"""What `invoke run --until 5%` should do on a run, predicted before it is wired: a simulation of a new run of
+"""What `invoke run --until 5%` would do on a run, predicted without measuring: a simulation of a new run of
 the same matrix (or, with --continue, of the recorded run continued), round by round, with
-harness.stats.convergence deciding which cells run next.
+harness.analysis.stats.convergence deciding which cells run next.
 
 Each simulated round runs only the cells not yet converged plus the baseline of their tasks (pairing needs it),
 in the round's shuffled order; a cell's new tok/s is its recorded median x a round factor x its run noise, both

@@ -1,4 +1,19 @@
-"""specbench-kit: benchmark speculative decoding in llama.cpp with one fresh container per measurement."""
+"""specbench-kit: benchmark speculative decoding in llama.cpp with one fresh container per measurement.
+
+The package's rooms, each importing only the ones listed below it (tests/test_layout.py checks this, and that no
+module imports inside a function to dodge a loop):
+
+    share      bundles and reproduction
+    run        plan, protocol, server, client, executor, the `invoke run` use case
+    analysis   statistics, checks, summary, compare, report            (pure functions of run folders)
+    image      source, bases, build plan, build, finding images
+    models     model files, GGUF headers, pre-flight, bytes per pass
+    store      run folders, run.json, safe archives
+    hosts      the Engine interface: local Docker, remote over SSH
+    intake     manifests, allowed flags, URLs, trust
+    (root)     errors and paths here, files.py, schema.py, formatter.py: every room may import these
+
+Data flows one way: manifest -> plan -> measurements.jsonl -> summary.json -> RESULTS.md."""
 
 from pathlib import Path
 

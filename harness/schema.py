@@ -1,5 +1,5 @@
 """The file formats: the JSON Schemas in schemas/, the version each file is written in, and the upgrade of older
-versions on read (one function per old version, as pyperf does). Violations become one-line messages."""
+versions on read (one function per old version). Violations become one-line messages."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from harness import SCHEMAS, KitError
 
 #: The format version each file is written in now; the schema of the same name describes it.
 FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 2, "build": 1, "bundle": 1}
-SCHEMA_NAMES = tuple(n for n in FORMAT_VERSIONS if n != "bundle")
 
 #: (name, old version) -> a function that returns the object in the next version.
 _UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}

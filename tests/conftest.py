@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import ROOT, KitError, generate
-from harness import build as bd
-from harness import manifest as mf
-from harness import models as md
+from harness import ROOT, KitError
+from harness.image import build as bd
+from harness.intake import manifest as mf
+from harness.models import ensure as md
+from harness.models import generate
 
 DEMO = ROOT / "manifests" / "demo-cpu.yaml"
 SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
@@ -41,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def docker_client():
     """The real Docker engine. Its absence is a failure, never a skip."""
-    from harness import engine
+    from harness.hosts import engine
 
     try:
         return engine.connect()
@@ -104,7 +105,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 @pytest.fixture(scope="session")
 def demo_run(demo_image, models_dir, results_dir) -> Path:
     """One real demo run: every strategy and task, 2 runs each, one fresh container per measurement."""
-    from harness import runner
+    from harness.run import runner
 
     runner.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)

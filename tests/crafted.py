@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import ROOT
-from harness import bundle as bu
+from harness.share import bundle as bu
 
 DEMO_RUN = ROOT / "results" / "demo-cpu"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from harness import serverlog
+from harness.run import serverlog
 
 
 @dataclass

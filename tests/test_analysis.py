@@ -11,11 +11,11 @@ import shutil
 import pytest
 
 from harness import ROOT, KitError, schema
-from harness import compare as cmp
-from harness import report as rp
-from harness.results import RunDir
-from harness.runmeta import RunMeta
-from harness.summary import summarize
+from harness.analysis import compare as cmp
+from harness.analysis import report as rp
+from harness.analysis.summary import summarize
+from harness.store.rundir import RunDir
+from harness.store.runmeta import RunMeta
 
 COMMITTED = re.findall(r"^## Run (\S+)$", (ROOT / "RESULTS.md").read_text(encoding="utf-8"), re.M)
 

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from harness import bases
-from harness.engine import LocalEngine
-from harness.remote import RemoteEngine
+from harness.hosts.engine import LocalEngine
+from harness.hosts.remote import RemoteEngine
+from harness.image import bases
 
 
 def test_this_machine_decides_from_what_it_finds(docker_client):

@@ -11,16 +11,17 @@ import pytest
 import yaml
 
 from harness import KitError
-from harness import build as bd
-from harness import manifest as mf
-from harness import source as sources
+from harness.image import build as bd
+from harness.image import recipe
+from harness.image import source as sources
+from harness.intake import manifest as mf
 from tests.conftest import DEMO, SPARK, write_manifest
 
 
 def test_spark_renders_cuda_plan_with_arch_121_and_pinned_source():
     m = mf.load(SPARK)
     for prefer in ("git", "sdist"):
-        p = bd.plan(m, sources.describe_source(m, prefer))
+        p = recipe.build_plan(m, sources.describe_source(m, prefer))
         assert p.backend == "cuda"
         assert p.base_image.startswith("nvidia/cuda:") and "devel" in p.base_image
         assert p.runtime_image.startswith("nvidia/cuda:") and "runtime" in p.runtime_image
@@ -31,19 +32,19 @@ def test_spark_renders_cuda_plan_with_arch_121_and_pinned_source():
         assert p.labels["specbench.backend"] == "cuda" and p.labels["specbench.cuda-architectures"] == "121"
         assert p.labels["specbench.llama-build-number"] == "11434"
         assert p.tag.startswith("specbench/llama-server:cuda-b11434-")
-    git_plan = bd.plan(m, sources.describe_source(m, "git"))
+    git_plan = recipe.build_plan(m, sources.describe_source(m, "git"))
     assert git_plan.source["kind"] == "git" and git_plan.source["ref"] == "b11434"
-    sdist_plan = bd.plan(m, sources.describe_source(m, "sdist"))
+    sdist_plan = recipe.build_plan(m, sources.describe_source(m, "sdist"))
     assert sdist_plan.source["sha256"].startswith("b0a2feb64c6f")
     assert git_plan.tag != sdist_plan.tag
 
 
 def test_cpu_plan_uses_registry_free_base_and_differs_from_cuda():
     m = mf.load(DEMO)
-    p = bd.plan(m, sources.describe_source(m, "sdist"))
+    p = recipe.build_plan(m, sources.describe_source(m, "sdist"))
     assert p.registry_free and p.base_image.startswith("specbench/base-builder:")
     assert "-DGGML_CUDA=ON" not in p.cmake_args
-    assert bd.plan(m, sources.describe_source(m, "sdist"), backend="cuda").tag != p.tag
+    assert recipe.build_plan(m, sources.describe_source(m, "sdist"), backend="cuda").tag != p.tag
 
 
 def _fake_llama_tree(root):
@@ -152,7 +153,7 @@ def test_failing_build_leaves_no_tagged_image(docker_client, tmp_path, demo_imag
     raw = yaml.safe_load(DEMO.read_text())
     raw["llama_cpp"] = {"path": str(src)}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
-    tag = bd.plan(m, sources.describe_source(m)).tag
+    tag = recipe.build_plan(m, sources.describe_source(m)).tag
     with pytest.raises(KitError) as e:
         bd.build(docker_client, m, log=lambda s: None, trust_source=True)
     assert "build failed" in str(e.value) and "last log lines" in str(e.value)

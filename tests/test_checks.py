@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import checks
+from harness.analysis import checks
 
 
 def test_baseline_above_roofline_is_flagged():

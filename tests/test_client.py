@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from harness import client
-from harness import manifest as mf
-from harness.client import MeasurementFailed
-from harness.engine import Endpoint
+from harness.hosts.engine import Endpoint
+from harness.intake import manifest as mf
+from harness.run import client
+from harness.run.client import MeasurementFailed
 from tests.conftest import DEMO
 from tests.fakeserver import FakeLlamaServer
 

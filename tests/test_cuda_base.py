@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import KitError, cuda_base, cuda_image
-from harness import build as bd
-from harness import manifest as mf
-from harness import source as sources
+from harness import KitError
+from harness.image import build as bd
+from harness.image import cuda_base, cuda_image, recipe
+from harness.image import source as sources
+from harness.intake import manifest as mf
 from tests.conftest import DEMO, SPARK, write_manifest
 
 SMOKE_TREE = Path(__file__).parent / "data" / "llama-cuda-smoke"
@@ -117,8 +118,8 @@ def test_ldd_lines_are_parsed():
 def test_offline_plan_uses_the_offline_bases_and_its_own_tag():
     m = mf.load(SPARK)
     tree = sources.describe_source(m, "sdist")
-    registry = bd.plan(m, tree)
-    offline = bd.plan(m, tree, made=cuda_base.tags("arm64"))
+    registry = recipe.build_plan(m, tree)
+    offline = recipe.build_plan(m, tree, made=cuda_base.tags("arm64"))
     assert offline.registry_free and not registry.registry_free
     assert offline.base_image == cuda_base.tags("arm64").builder
     assert offline.labels["specbench.base-image"] == offline.base_image
@@ -205,8 +206,8 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
 
 @pytest.mark.docker
 def test_doctor_says_in_one_line_whether_docker_has_the_nvidia_runtime(docker_client, tmp_path):
-    from harness import doctor
-    from harness.engine import LocalEngine
+    from harness.hosts.engine import LocalEngine
+    from harness.run import doctor
 
     items = doctor.check(LocalEngine(docker_client), mf.load(SPARK), tmp_path, models=False)
     item = next(i for i in items if i.name == "nvidia runtime")
@@ -233,7 +234,7 @@ def test_build_task_plans_the_offline_base_and_refuses_an_unknown_one():
     assert default["base_image"] == cuda_base.planned(offline=False).builder and default["registry_free"] is False
     assert default["base_image"].startswith("specbench/base-cuda-registry-devel:13.0.1-")
     assert "amd64" not in default["base_image"] and "arm64" not in default["base_image"]
-    assert default["runtime_image"] == bd.CUDA_RUNTIME and plan["tag"] != default["tag"]
+    assert default["runtime_image"] == recipe.CUDA_RUNTIME and plan["tag"] != default["tag"]
     bad = subprocess.run([*cmd, "--base", "cloud"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 1 and bad.stderr.strip() == "error: --base: 'cloud' is not one of ['registry', 'offline']"
 
@@ -255,7 +256,7 @@ def test_registry_devel_base_adds_cmake_where_the_devel_image_has_none(docker_cl
         bases = cuda_base.ensure_registry(docker_client, log=lambda s: None, devel=stand_in)
         made.append(bases.builder)
         assert bases.builder != cuda_base.registry_tags().builder
-        assert not bases.registry_free and bases.runtime == bd.CUDA_RUNTIME
+        assert not bases.registry_free and bases.runtime == recipe.CUDA_RUNTIME
         out = _sh(docker_client, bases.builder, "cmake --version | head -1; for t in g++ make nvcc; do command -v $t; "
                   "done")
         assert out.startswith("cmake version 3.") and all(f"/{t}\n" in out for t in ("g++", "make", "nvcc"))

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from harness import KitError
-from harness import generate as md
-from harness.derive import derive_layer_skip
-from harness.engine import LocalEngine, Mount
-from harness.server import wait_ready
+from harness.hosts.engine import LocalEngine, Mount
+from harness.models import generate as md
+from harness.models.derive import derive_layer_skip
+from harness.run.server import wait_ready
 
 
 def _sha(p: Path) -> str:

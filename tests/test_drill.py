@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 import docker
-from harness import KitError, runner
-from harness.engine import LocalEngine
-from harness.results import RunDir
+from harness import KitError
+from harness.hosts.engine import LocalEngine
+from harness.run import runner
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, write_manifest
 
 pytestmark = pytest.mark.image

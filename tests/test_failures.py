@@ -131,7 +131,7 @@ def test_every_host_task_against_an_sshd_without_sftp(tmp_path, sshd_nosftp, dem
     either, one line says what to fix."""
     import paramiko
 
-    from harness.remote import open_connection
+    from harness.hosts.remote import open_connection
 
     conn = open_connection(sshd_nosftp["spec"], key_filename=sshd_nosftp["client_key"],
                            known_hosts=sshd_nosftp["known_hosts"])

@@ -8,8 +8,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import manifest as mf
-from harness.plan import make_plan
+from harness.intake import manifest as mf
+from harness.run.plan import make_plan
 from tests.conftest import DEMO, write_manifest
 
 BASE = yaml.safe_load(DEMO.read_text())

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from harness import KitError
-from harness import bundle as bu
+from harness.share import bundle as bu
 from tests.crafted import Sandbox, bundle_files, demo_bundle, rebundle
 
 TOP = "demo-cpu"

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import KitError
-from harness import gguf_facts as gf
-from harness.drafters import write_generated
-from harness.generate import _vocab
+from harness.models import gguf_facts as gf
+from harness.models.drafters import write_generated
+from harness.models.generate import _vocab
 
 KINDS = {"tiny-target": 0.1, "tiny-dflash2": 0.1, "tiny-dspark": 0.1, "tiny-eagle3": 0.1, "tiny-mtp-target": 0.3}
 

@@ -8,10 +8,10 @@ import itertools
 import pytest
 import yaml
 
-from harness import bases, images
-from harness import build as bd
-from harness import manifest as mf
-from harness import source as sources
+from harness.image import bases, images, recipe
+from harness.image import build as bd
+from harness.image import source as sources
+from harness.intake import manifest as mf
 from tests.conftest import DEMO, SPARK, write_manifest
 
 
@@ -19,7 +19,7 @@ def _labels(m: mf.Manifest, prefer: str | None = None, arch: str = "amd64", meth
             backend: str | None = None) -> dict[str, str]:
     """The labels `invoke build` puts on the image of this manifest for an engine of `arch`."""
     made = bases.images_for(arch, method) if (backend or m.build.backend) == "cpu" else None
-    return bd.plan(m, sources.describe_source(m, prefer), backend, made, arch).labels
+    return recipe.build_plan(m, sources.describe_source(m, prefer), backend, made, arch).labels
 
 
 def _variant(tmp_path, name: str, **changes) -> mf.Manifest:
@@ -35,7 +35,7 @@ def test_another_manifest_with_the_same_build_finds_the_image(tmp_path):
     other = _variant(tmp_path, "other", runs=1, strategies=[{"id": "baseline", "spec_type": "none"}])
     labels = _labels(demo)
     p = images.matching_plan(other, labels, "cpu", "amd64")
-    assert p is not None and p.tag == bd.plan(demo, sources.describe_source(demo), made=bases.images_for(
+    assert p is not None and p.tag == recipe.build_plan(demo, sources.describe_source(demo), made=bases.images_for(
         "amd64", "debootstrap"), arch="amd64").tag
     # registry-made bases of the same architecture serve as well
     assert images.matching_plan(other, _labels(demo, method="registry"), "cpu", "amd64") is not None
@@ -91,15 +91,15 @@ def test_git_source_matches_repo_and_ref_and_the_pinned_commit(tmp_path):
 def test_spark_plan_carries_the_architecture():
     m = mf.load(SPARK)
     for arch in ("amd64", "arm64"):
-        p = bd.plan(m, sources.describe_source(m, "sdist"), arch=arch)
+        p = recipe.build_plan(m, sources.describe_source(m, "sdist"), arch=arch)
         assert p.labels["specbench.arch"] == arch and p.arch == arch
         assert images.matching_plan(m, p.labels, "cuda", arch) is not None
-    assert bd.plan(m, sources.describe_source(m, "sdist"), arch="amd64").tag != \
-        bd.plan(m, sources.describe_source(m, "sdist"), arch="arm64").tag
+    assert recipe.build_plan(m, sources.describe_source(m, "sdist"), arch="amd64").tag != \
+        recipe.build_plan(m, sources.describe_source(m, "sdist"), arch="arm64").tag
 
 
 def test_base_tags_name_architecture_and_method():
-    tags = {bases.tag_for(role, arch, method) for role in bases.ROLES for arch in ("amd64", "arm64")
+    tags = {bases.tag_for(role, arch, method) for role in bases.PACKAGES for arch in ("amd64", "arm64")
             for method in bases.METHODS}
     assert len(tags) == 8
     assert bases.tag_for("builder", "arm64", "registry").startswith("specbench/base-builder:bookworm-arm64-registry-")
@@ -164,7 +164,8 @@ def _fake_llama_tree(root) -> None:
 def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client, tmp_path, models_dir):
     """`invoke run` with no image of the build anywhere: refused with --no-build, built (saying so) without it;
     a second manifest with the same source, flags and backend then finds that image by its labels."""
-    from harness import KitError, runner
+    from harness import KitError
+    from harness.run import runner
 
     src = tmp_path / "llama.cpp"
     _fake_llama_tree(src)

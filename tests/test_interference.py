@@ -1,4 +1,4 @@
-"""harness.interference: parsers and the disturbed rule on their own, then real samples around a real container
+"""harness.run.interference: parsers and the disturbed rule on their own, then real samples around a real container
 with a real busy loop started and stopped here by pid."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 
 from harness import SCHEMAS
-from harness import interference as itf
-from harness.engine import LocalEngine
+from harness.hosts.engine import LocalEngine
+from harness.run import interference as itf
 
 # -- parsers and the rule -----------------------------------------------------------------------------------
 

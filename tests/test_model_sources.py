@@ -8,10 +8,11 @@ import hashlib
 import pytest
 import yaml
 
-from harness import KitError, generate
-from harness import manifest as mf
-from harness import models as md
-from harness.derive import derive_layer_skip
+from harness import KitError
+from harness.intake import manifest as mf
+from harness.models import ensure as md
+from harness.models import generate
+from harness.models.derive import derive_layer_skip
 from tests.conftest import DEMO, write_manifest
 from tests.pypi_index import LocalIndex, chunk_packages
 

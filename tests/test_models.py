@@ -7,9 +7,10 @@ import hashlib
 import numpy as np
 import pytest
 
-from harness import KitError, generate
-from harness import manifest as mf
-from harness import models as md
+from harness import KitError
+from harness.intake import manifest as mf
+from harness.models import ensure as md
+from harness.models import generate
 from tests.conftest import DEMO
 
 

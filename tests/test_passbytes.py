@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import checks, generate, gguf_facts, passbytes
-from harness.gguf_facts import ModelFacts, TensorInfo
+from harness.analysis import checks
+from harness.models import generate, gguf_facts, passbytes
+from harness.models.gguf_facts import ModelFacts, TensorInfo
 
 F32, F16, Q8_0 = 0, 1, 8
 

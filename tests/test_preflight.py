@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from harness import KitError
-from harness import build as bd
-from harness import drafters as dr
-from harness import gguf_facts as gf
-from harness import manifest as mf
-from harness import preflight as pf
-from harness.generate import _vocab, write_tiny
+from harness.image import build as bd
+from harness.intake import manifest as mf
+from harness.models import drafters as dr
+from harness.models import gguf_facts as gf
+from harness.models import preflight as pf
+from harness.models.generate import _vocab, write_tiny
 from tests.conftest import DEMO
 
 ALL = {f: True for f in pf.FLAVOURS}
@@ -223,8 +223,6 @@ def test_supported_flavours_of_the_pinned_tree():
     tree = bd.resolve_source(mf.load(DEMO), log=lambda s: None).path
     assert pf.supported_flavours(tree) == ALL
     assert pf.flavour_label(pf.supported_flavours(tree)) == "dflash1,dflash2,dspark,eagle3,mtp"
-    assert {"draft-dflash", "draft-dspark", "draft-eagle3", "draft-mtp", "ngram-map-k", "ngram-map-k4v",
-            "ngram-cache", "none"} <= set(pf.spec_types(tree))
 
 
 def test_supported_flavours_of_an_older_tree(tmp_path):
@@ -236,6 +234,5 @@ def test_supported_flavours_of_an_older_tree(tmp_path):
     (tmp_path / "common" / "speculative.cpp").write_text('{"draft-dflash", COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH},')
     got = pf.supported_flavours(tmp_path)
     assert got == {"dflash1": True, "dflash2": False, "dspark": False, "eagle3": True, "mtp": False}
-    assert pf.spec_types(tmp_path) == ["draft-dflash"]
     with pytest.raises(KitError, match="not a llama.cpp source tree"):
         pf.supported_flavours(tmp_path / "common")

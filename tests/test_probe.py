@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness import build, probe, runner
-from harness import manifest as mf
-from harness.engine import LocalEngine
-from harness.results import RunDir
-from harness.source import CACHE
-from harness.summary import summarize
+from harness.analysis.summary import summarize
+from harness.hosts.engine import LocalEngine
+from harness.image import build
+from harness.image.source import CACHE
+from harness.intake import manifest as mf
+from harness.run import bandwidth as probe
+from harness.run import runner
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, write_manifest
 
 pytestmark = pytest.mark.image

@@ -9,10 +9,11 @@ import sys
 import pytest
 import yaml
 
-from harness import ROOT, runner
-from harness import report as rp
-from harness.results import RunDir
-from harness.summary import summarize
+from harness import ROOT
+from harness.analysis import report as rp
+from harness.analysis.summary import summarize
+from harness.run import runner
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, write_manifest
 
 pytestmark = pytest.mark.image

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from harness import manifest as mf
-from harness import plan as pl
 from harness import schema
-from harness.client import MeasurementFailed
-from harness.protocol import Context, new_record, set_failure
-from harness.server import server_command, server_spec
+from harness.intake import manifest as mf
+from harness.run import plan as pl
+from harness.run.client import MeasurementFailed
+from harness.run.protocol import Context, new_record, set_failure
+from harness.run.server import server_command, server_spec
 from tests.conftest import DEMO, write_manifest
 
 DEMO_M = mf.load(DEMO)

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from harness import KitError
-from harness import pypi_models as pm
+from harness.models import pypi as pm
 from tests.pypi_index import LocalIndex, chunk_packages, write_wheel
 
 PKG = "specbench-testmodel-q4-gguf"

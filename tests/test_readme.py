@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from harness import LABEL_PREFIX, ROOT
-from harness.engine import connect
+from harness.hosts.engine import connect
 
 README = ROOT / "README.md"
 #: Wall-clock bound of one README command (the demo build is reused from the session's image).

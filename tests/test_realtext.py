@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness import ROOT, models, runner
-from harness import manifest as mf
-from harness.results import RunDir
-from harness.summary import summarize
+from harness import ROOT
+from harness.analysis.summary import summarize
+from harness.intake import manifest as mf
+from harness.models import ensure as models
+from harness.run import runner
+from harness.store.rundir import RunDir
 
 pytestmark = pytest.mark.image
 REAL = ROOT / "manifests" / "real-gemma3-270m.yaml"

@@ -9,13 +9,14 @@ import sys
 import pytest
 import yaml
 
-from harness import ROOT, KitError, runner
-from harness import build as bd
-from harness import doctor as dr
-from harness import report as rp
-from harness.engine import LocalEngine
-from harness.remote import RemoteEngine, engines_for
-from harness.results import RunDir
+from harness import ROOT, KitError
+from harness.analysis import report as rp
+from harness.hosts.engine import LocalEngine
+from harness.hosts.remote import RemoteEngine, engines_for
+from harness.image import build as bd
+from harness.run import doctor as dr
+from harness.run import runner
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, _free_port, write_manifest
 
 
@@ -65,7 +66,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("en-prose", "json-out")]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "remote.yaml")
-    from harness import manifest as mf
+    from harness.intake import manifest as mf
 
     m = mf.load(path)
     eng = _remote(sshd, tmp_path)
@@ -111,7 +112,7 @@ def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_d
                           remote_models=str(tmp_path / "remote-models"))
     try:
         for e in engines:
-            from harness import manifest as mf
+            from harness.intake import manifest as mf
 
             bd.build(e.client, mf.load(path), log=lambda s: None, host=e.name)
         runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="two", seed=5,
@@ -138,7 +139,7 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
     raw["tasks"] = [dict(t, n_predict=64) for t in raw["tasks"] if t["id"] in ("zh-prose", "en-prose", "code-gen")]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "drop.yaml")
-    from harness import manifest as mf
+    from harness.intake import manifest as mf
 
     eng = _remote(sshd, tmp_path)
     bd.build(eng.client, mf.load(path), log=lambda s: None, host=eng.name)
@@ -197,7 +198,7 @@ def test_cli_build_run_report_with_host(sshd, tmp_path, demo_image, models_dir):
 def test_docker_api_over_the_ssh_connection_directly(sshd):
     """The SSH adapter on its own: the Docker SDK's API calls travel over the Fabric connection, through one
     small pool (sshd allows 10 sessions per connection)."""
-    from harness.remote import POOL_SIZE, docker_over, open_connection
+    from harness.hosts.remote import POOL_SIZE, docker_over, open_connection
 
     conn = open_connection(sshd["spec"], key_filename=sshd["client_key"], known_hosts=sshd["known_hosts"])
     try:

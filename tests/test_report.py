@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 from harness import KitError, schema
-from harness import report as rp
-from harness.results import RunDir
-from harness.summary import summarize
+from harness.analysis import report as rp
+from harness.analysis.summary import summarize
+from harness.store.rundir import RunDir
 
 
 @pytest.mark.image

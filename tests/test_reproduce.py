@@ -13,11 +13,14 @@ import tarfile
 import pytest
 import yaml
 
-from harness import ROOT, KitError, generate, runner
-from harness import bundle as bu
-from harness import compare as cmp
-from harness import manifest as mf
-from harness import models as md
+from harness import ROOT, KitError
+from harness.analysis import compare as cmp
+from harness.intake import manifest as mf
+from harness.models import ensure as md
+from harness.models import generate
+from harness.run import runner
+from harness.share import bundle as bu
+from harness.share import reproduce
 from tests.conftest import DEMO, write_manifest
 from tests.fakehub import FakeHub
 
@@ -51,8 +54,8 @@ def test_hub_download_verified_and_mismatch_refused(tmp_path, monkeypatch):
 
 
 def test_strict_validate_names_unpinned_fields(tmp_path):
-    from harness.manifest import unpinned
-    from harness.plan import render as describe
+    from harness.intake.manifest import unpinned
+    from harness.run.plan import render as describe
 
     assert unpinned(mf.load(DEMO)) == []
     assert "strict: every field that decides the numbers is pinned" in describe(mf.load(DEMO), tmp_path, strict=True)
@@ -84,7 +87,7 @@ def test_bundle_reproduce_compare(tmp_path, demo_image, models_dir):
     assert "alice/manifest/tasks/json-out.md" in names and "alice/run/measurements.jsonl" in names
     # Bob has the bundle alone, in a fresh folder
     bob = tmp_path / "bob"
-    res = bu.reproduce(archive, bob, models_dir=models_dir, progress=False, log=lambda s: None)
+    res = reproduce.reproduce(archive, bob, models_dir=models_dir, progress=False, log=lambda s: None)
     c = res["comparison"]
     assert c["comparable"] and not [d for d in c["differences"] if not d["field"].startswith("hardware")]
     assert len(c["rows"]) == 4
@@ -110,7 +113,7 @@ def test_tampering_is_detected(tmp_path, demo_image, models_dir):
     archive = bu.make(run_dir, tmp_path / "t.tar.gz")
     # a modified measurement inside the bundle
     work = tmp_path / "unpacked"
-    from harness import archive as arc
+    from harness.store import archive as arc
 
     arc.extract(archive, work)
     mfile = work / "t" / "run" / "measurements.jsonl"

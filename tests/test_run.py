@@ -12,10 +12,11 @@ import time
 import pytest
 import yaml
 
-from harness import ROOT, runner, schema
-from harness import manifest as mf
-from harness.engine import LocalEngine
-from harness.results import RunDir
+from harness import ROOT, schema
+from harness.hosts.engine import LocalEngine
+from harness.intake import manifest as mf
+from harness.run import runner
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, write_manifest
 
 pytestmark = pytest.mark.image
@@ -108,7 +109,7 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     # fresh containers: every run starts cold, the draft counts are the same each time
     assert len(set(fd)) == 1 and fd[0] == nd[0], (fd, nd)
     assert all(r["protocol"] == "reuse-server" for r in naive)
-    from harness.summary import summarize
+    from harness.analysis.summary import summarize
 
     naive_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"]
                       if c["strategy"] == "ngram-mod")
@@ -194,7 +195,7 @@ def test_run_without_image_or_with_unknown_names(tmp_path, models_dir):
     from harness import KitError
 
     with pytest.raises(KitError, match="--strategies: nope not in the manifest"):
-        from harness.runner import make_plan
+        from harness.run.runner import make_plan
 
         make_plan(mf.load(DEMO), ["local"], strategies=["nope"])
 
@@ -219,7 +220,7 @@ def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, 
         assert c["streams"] == 3 and len(c["per_stream_tok_s"]) == 3 and c["tokens"] == 3 * 128
         assert c["aggregate_tok_s"] > 0 and all(x > 0 for x in c["per_stream_tok_s"])
     assert "concurrency" not in recs["baseline"] and "probs" in recs["baseline"]
-    from harness import report as rp
+    from harness.analysis import report as rp
 
     rp.write([tmp_path / "r" / "par"], tmp_path / "R.md", plot=False)
     assert "### Concurrency" in (tmp_path / "R.md").read_text()

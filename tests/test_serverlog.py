@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import serverlog
+from harness.run import serverlog
 
 LOGS = Path(__file__).parent / "data" / "serverlogs"
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from harness import MANIFESTS
-from harness import drafters as dr
-from harness import gguf_facts as gf
-from harness import preflight as pf
+from harness.models import drafters as dr
+from harness.models import gguf_facts as gf
+from harness.models import preflight as pf
 from tests.llama_server import Outcome, run_once
 
 pytestmark = [pytest.mark.docker, pytest.mark.image]
@@ -155,9 +155,10 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
     own target (the MTP row with the MTP target's baseline)."""
     import yaml
 
-    from harness import runner, schema
-    from harness.results import RunDir
-    from harness.summary import summarize
+    from harness import schema
+    from harness.analysis.summary import summarize
+    from harness.run import runner
+    from harness.store.rundir import RunDir
     from tests.conftest import DEMO, write_manifest
 
     raw = yaml.safe_load(DEMO.read_text())
@@ -192,7 +193,8 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
 def test_preflight_refuses_before_any_container(tmp_path, demo_image, models_dir, docker_client):
     import yaml
 
-    from harness import KitError, runner
+    from harness import KitError
+    from harness.run import runner
     from tests.conftest import DEMO, write_manifest
 
     raw = yaml.safe_load(DEMO.read_text())
@@ -214,8 +216,8 @@ def test_abort_at_start_is_a_recorded_failure_with_the_abort_line(tmp_path, demo
 
     import yaml
 
-    from harness import runner
-    from harness.results import RunDir
+    from harness.run import runner
+    from harness.store.rundir import RunDir
     from tests.conftest import DEMO, write_manifest
 
     monkeypatch.setattr(dr, "DFLASH2_CONV_KERNEL", 16)

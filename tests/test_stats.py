@@ -1,4 +1,4 @@
-"""harness.stats on synthetic series with known answers, and on the committed demo run."""
+"""harness.analysis.stats on synthetic series with known answers, and on the committed demo run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import t as t_dist
 
-from harness import ROOT, stats
+from harness import ROOT
+from harness.analysis import stats
 
 #: The first committed demo run (4 strategies x 8 tasks x 3 runs), whose baselines a climb rule once called warm.
 DEMO = ROOT / "tests" / "data" / "demo-cpu-96.jsonl.gz"

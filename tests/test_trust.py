@@ -25,16 +25,21 @@ import pytest
 import yaml
 from fabric import Connection
 
-from harness import ROOT, KitError, flags, remote, runner, trust
-from harness import build as bd
-from harness import bundle as bu
-from harness import manifest as mf
-from harness import models as md
-from harness import report as rp
-from harness import source as sources
+from harness import ROOT, KitError
+from harness.analysis import report as rp
 from harness.files import recorded_path
-from harness.results import RunDir
-from harness.runmeta import RunMeta
+from harness.hosts import remote
+from harness.image import build as bd
+from harness.image import recipe
+from harness.image import source as sources
+from harness.intake import flags, trust, urls
+from harness.intake import manifest as mf
+from harness.models import ensure as md
+from harness.run import runner
+from harness.share import bundle as bu
+from harness.share import reproduce
+from harness.store.rundir import RunDir
+from harness.store.runmeta import RunMeta
 from tests.conftest import DEMO, SPARK, write_manifest
 from tests.crafted import DEMO_RUN, Sandbox, bundle_files, demo_bundle, member, rebundle, write_tar
 from tests.fakehub import FakeHub
@@ -300,7 +305,7 @@ def _hub_manifest(folder: Path, sha256: str | None, file: str = "hub-target.gguf
 
 @pytest.fixture(scope="module")
 def tiny_bytes(tmp_path_factory) -> bytes:
-    from harness import generate
+    from harness.models import generate
 
     return generate.write_tiny(tmp_path_factory.mktemp("tiny") / "d.gguf", "tiny-draft", 3).read_bytes()
 
@@ -404,9 +409,9 @@ def test_build_sources_and_images_need_trust_source(sandbox, field):
 def test_official_sources_need_no_flag():
     for path in (DEMO, SPARK):
         assert trust.untrusted_fields(mf.load(path)) == []
-    assert trust.is_official_git("https://github.com/ggml-org/llama.cpp.git/")
-    assert not trust.is_official_git("https://github.com/ggml-org/llama.cpp.evil")
-    assert not trust.is_official_git("https://github.com.evil/ggml-org/llama.cpp")
+    assert urls.is_official_git("https://github.com/ggml-org/llama.cpp.git/")
+    assert not urls.is_official_git("https://github.com/ggml-org/llama.cpp.evil")
+    assert not urls.is_official_git("https://github.com.evil/ggml-org/llama.cpp")
 
 
 def test_cli_refuses_an_untrusted_source_in_one_line(sandbox):
@@ -443,9 +448,9 @@ def test_a_url_with_credentials_is_redacted_wherever_it_is_recorded():
     m = mf.load(SPARK)
     secret = "https://alice:s3cret@github.com/ggml-org/llama.cpp"
     m = dataclasses.replace(m, llama_cpp=dataclasses.replace(m.llama_cpp, git=mf.GitSource(secret, "b11434")))
-    p = bd.plan(m, sources.describe_source(m, "git"))
+    p = recipe.build_plan(m, sources.describe_source(m, "git"))
     assert "s3cret" not in json.dumps(p.as_dict()) and p.source["repo"] == "https://***@github.com/ggml-org/llama.cpp"
-    assert trust.redact_url("ssh://git@github.com/x/y") == "ssh://git@github.com/x/y"  # a login, not a secret
+    assert urls.redact_url("ssh://git@github.com/x/y") == "ssh://git@github.com/x/y"  # a login, not a secret
 
 
 def test_recorded_paths_are_relative_to_the_work_folder_the_kit_or_home(tmp_path, monkeypatch):
@@ -460,7 +465,8 @@ def test_recorded_paths_are_relative_to_the_work_folder_the_kit_or_home(tmp_path
     assert recorded_path(tmp_path / "cwd" / "a" / "b.yaml") == "a/b.yaml"
     m = mf.load(_manifest(home / "m", llama_cpp={"path": "../src/llama.cpp"}))
     tree = sources.describe_source(m)
-    assert tree.identity["path"] == "~/src/llama.cpp" and str(home) not in json.dumps(bd.plan(m, tree).as_dict())
+    assert tree.identity["path"] == "~/src/llama.cpp"
+    assert str(home) not in json.dumps(recipe.build_plan(m, tree).as_dict())
     text = (DEMO_RUN / "run.json").read_text()
     assert not re.search(r'"/(home|root|Users|tmp|work)/', text)
 
@@ -700,7 +706,7 @@ def test_re_signed_bundle_naming_files_outside_is_refused(sandbox):
         files["run/run.json"] = json.dumps(meta).encode()
         archive = rebundle(sandbox.work / f"b{i}.tar.gz", files)
         with pytest.raises(KitError) as e:
-            bu.reproduce(archive, sandbox.work / "repro", models_dir=sandbox.work / "models", log=lambda s: None)
+            reproduce.reproduce(archive, sandbox.work / "repro", models_dir=sandbox.work / "models", log=lambda s: None)
         one_line(e, expected)
         assert not (sandbox.work / "models").exists()
 

@@ -10,10 +10,10 @@ import time
 import pytest
 import yaml
 
-from harness import report as rp
-from harness import runner
-from harness.results import RunDir
-from harness.summary import summarize
+from harness.analysis import report as rp
+from harness.analysis.summary import summarize
+from harness.run import runner
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, write_manifest
 
 pytestmark = pytest.mark.image

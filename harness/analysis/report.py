@@ -1,0 +1,453 @@
+"""`invoke report`: RESULTS.md (tabulate), summary.json (schema-checked) and a speedup plot per run folder.
+
+Output is a pure function of the run folders: regenerating gives the same bytes. Every text that comes from a
+run folder (names, reasons, host facts) is escaped before it goes into Markdown."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness import KitError, schema
+from harness import formatter as fm
+from harness.analysis import compare as cmp
+from harness.analysis.summary import summarize
+from harness.files import atomic_write_bytes, atomic_write_text
+from harness.store.rundir import RunDir
+from harness.store.runmeta import RunMeta
+
+CAVEAT = ("Acceptance is not comparable across drafter architectures: a sequential drafter (draft-simple) and a "
+          "block drafter (DFlash, DSpark) accept different amounts per pass. Compare wall-clock tok/s.")
+
+
+def latest_run(results_dir: Path) -> Path:
+    """The newest run folder under results_dir (by run.json's created_at)."""
+    runs = []
+    if results_dir.is_dir():
+        for p in results_dir.iterdir():
+            f = p / "run.json"
+            if f.is_file():
+                try:
+                    runs.append((str(json.loads(f.read_text()).get("created_at", "")), p.name, p))
+                except (json.JSONDecodeError, UnicodeDecodeError, OSError, AttributeError):
+                    continue
+    if not runs:
+        raise KitError(f"no run folders under {results_dir}; run `invoke run` first or name one")
+    return max(runs)[2]
+
+
+def _table(rows: list[list[Any]], headers: list[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+class View:
+    """One run's summary as the report reads it: labels, columns and cells by key."""
+
+    def __init__(self, summary: dict[str, Any]):
+        self.s = summary
+        self.several_hosts = len(summary["hosts"]) > 1
+        self.grid = {(c["host"], c["strategy"], c["task"]): c for c in summary["cells"]}
+        self.kinds = {s["id"]: s for s in summary["strategies"]}
+
+    def label(self, host: str, strategy: str) -> str:
+        return fm.md(f"{host}: {strategy}" if self.several_hosts else strategy)
+
+    def columns(self, speculative_only: bool = False) -> list[tuple[str, str]]:
+        cols = [(h, s["id"]) for h in self.s["hosts"] for s in self.s["strategies"]]
+        return [(h, s) for h, s in cols if not speculative_only or self.kinds[s]["baseline"] is not None]
+
+    def cell(self, host: str, strategy: str, task: str) -> dict[str, Any] | None:
+        return self.grid.get((host, strategy, task))
+
+
+VERDICT_MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few runs": "?"}
+
+
+def _flags(c: dict[str, Any]) -> list[str]:
+    out = []
+    con = c["checks"].get("contamination")
+    if con and con["flagged"]:
+        out.append(f"⚠ {con['data'].get('kind', 'flagged')}")
+    phy = c["checks"].get("physics")
+    if phy and phy["flagged"]:
+        out.append("⚠ impossible")
+    spec = c["checks"].get("speculation")
+    if spec and spec["flagged"]:
+        out.append("⚠ no drafting")
+    if c["runs_failed"]:
+        out.append(f"✗ {c['runs_failed']} failed")
+    return out
+
+
+def _header(summary: dict[str, Any], meta: RunMeta) -> str:
+    b = meta.build
+    plan = b["plan"]
+    src = plan["source"]
+    source = (f"sdist {src.get('package')}=={src.get('version')} (sha256 {str(src.get('sha256', ''))[:12]})"
+              if src["kind"] == "sdist" else f"git {src.get('repo')} {str(src.get('commit', ''))[:12]}"
+              if src["kind"] == "git" else "local folder")
+    hw = summary["hardware"]
+    proto = ("**naive: one server per strategy, caches carry over (reuse-server)**"
+             if summary["protocol"] == "reuse-server" else "one fresh container per measurement")
+    m = summary["measurements"]
+    hosts = []
+    for h, e in meta.environment.items():
+        gpus = e.get("gpus") or []
+        gpu = f", {', '.join(g['name'] for g in gpus)} (driver {gpus[0]['driver']})" if gpus else ""
+        hosts.append(f"{h}: {e.get('cpu_model') or '?'}, {e.get('cpus')} CPUs{gpu}, Docker {e.get('docker_version')}")
+    rows = [
+        ("manifest", f"{fm.md(summary['manifest']['name'])} (sha256 {summary['manifest']['sha256'][:16]})"),
+        ("run", f"{summary['run_id']} ({summary['status']}, {m['ok']} ok, {m['failed']} failed of {m['planned']} "
+                "planned)"),
+        ("hardware", f"{fm.md(hw['name'])}, {hw['memory_bandwidth_gbs']:g} GB/s ({fm.md(hw['bandwidth_source'])})"),
+        ("hosts", fm.md("; ".join(hosts), 1000)),
+        ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),
+        ("llama.cpp", fm.md(f"build {src.get('build_number')}, commit {src.get('commit')}, {source}")),
+        ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {plan['build_args'].get('CUDA_ARCHITECTURES')}"
+                                                  if plan["backend"] == "cuda" else ""))),
+        ("cmake", " ".join(fm.code(a) for a in plan["cmake_args"]
+                           if not a.startswith(("-DLLAMA_BUILD_NUMBER", "-DLLAMA_BUILD_COMMIT")))),
+        ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"),
+        ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
+    ]
+    out = _table([list(r) for r in rows], ["", ""])
+    models = [[fm.md(k), fm.md(v["file"]), fm.size(v["size_bytes"]), fm.md(v.get("quantization") or "-"),
+               fm.code(v["sha256"])] for k, v in meta.models.items()]
+    return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
+
+
+def _throughput(v: View) -> tuple[str, list[str]]:
+    cols = v.columns()
+    rows, notes = [], []
+    for t in v.s["tasks"]:
+        row = [fm.md(t)]
+        for h, s in cols:
+            c = v.cell(h, s, t)
+            if c is None or c["decode_tok_s"]["median"] is None:
+                row.append("✗ failed" if c and c["runs_failed"] else "missing")
+                continue
+            d = c["decode_tok_s"]
+            txt = f"{d['median']:,.2f} ±{d['spread_pct']:.0f}%"
+            flags = _flags(c)
+            if flags:
+                txt += " " + " ".join(flags)
+                notes += _notes(v, c)
+            row.append(txt)
+        rows.append(row)
+    return _table(rows, ["task"] + [v.label(h, s) for h, s in cols]), notes
+
+
+def _speedup_text(estimate: float | None, iv: dict[str, Any] | None, verdict: dict[str, Any] | None) -> str:
+    if estimate is None:
+        return "-"
+    mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
+    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
+    return f"{fm.ratio(estimate)}{span} {mark}".rstrip()
+
+
+def _speedups(v: View) -> str:
+    """Strategies x tasks: paired speedup, its 95% interval and the verdict's mark; the geomean last."""
+    geo = {(g["host"], g["strategy"]): g for g in v.s.get("geomeans", [])}
+    rows = []
+    for h, s in v.columns(speculative_only=True):
+        row = [v.label(h, s), fm.md(v.kinds[s]["baseline"])]
+        for t in v.s["tasks"]:
+            c = v.cell(h, s, t)
+            row.append(_speedup_text(c["speedup"], c.get("speedup_interval"), c.get("verdict")) if c else "-")
+        g = geo.get((h, s))
+        row.append(f"**{_speedup_text(g['estimate'], g['interval'], g['verdict'])}**" if g else "-")
+        rows.append(row)
+    if not rows:
+        return "(no strategy with a baseline)"
+    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] + ["geomean"])
+
+
+def _notes(v: View, c: dict[str, Any]) -> list[str]:
+    who = f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}"
+    out = [f"- {who}: {fm.md(x['sentence'])}" for k in ("contamination", "physics")
+           if (x := c["checks"].get(k)) and x["flagged"] and k != "speculation"]
+    out += [f"- {who}: {fm.md(x['sentence'])}" for x in [c["checks"].get("speculation")] if x and x["flagged"]]
+    out += [f"- {who} run {f['run_index']} failed: {fm.md(f['reason'])}" for f in c["failures"]]
+    return out
+
+
+def _warnings(v: View) -> list[str]:
+    """Stability warnings, hyperfine-style: the everywhere-kinds counted once, the specific ones listed."""
+    by_kind: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for c in v.s["cells"]:
+        for w in c.get("warnings", []):
+            by_kind.setdefault(w["kind"], []).append((c, w))
+    lines = []
+    total = sum(1 for c in v.s["cells"] if c["runs_ok"])
+    for kind in ("few-runs", "dispersion"):
+        items = by_kind.pop(kind, [])
+        if items:
+            cells = sorted({f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}" for c, _ in items})
+            what = {"few-runs": "too few runs for a bootstrap interval (the intervals are Student-t on the logs, "
+                                "wide)", "dispersion": "tok/s varies more than 10% across runs"}[kind]
+            who = "every cell" if len(cells) >= total else ", ".join(cells[:12]) + (" ..." if len(cells) > 12 else "")
+            lines.append(f"- **{kind}** ({len(cells)} of {total} cells): {what}: {who}")
+    for kind, items in sorted(by_kind.items()):
+        for c, w in items[:20]:
+            lines.append(f"- **{kind}** {v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}: "
+                         f"{fm.md(w['sentence'])}")
+    return lines
+
+
+def _interference(v: View) -> str:
+    rows = []
+    for h, x in (v.s.get("interference") or {}).items():
+        rows.append([fm.md(h), x["measured"], x["disturbed"], fm.num(x["others_cores_median"]),
+                     fm.num(x["others_cores_max"]),
+                     "kept: most measurements were disturbed, the figures describe a busy machine" if x["kept"]
+                     else ("left out of the figures" if x["disturbed"] else "-")])
+    if not rows:
+        return "(not measured in this run)"
+    return _table(rows, ["host", "measured", "disturbed", "others' cores (median)", "others' cores (max)",
+                         "disturbed measurements"])
+
+
+def sensitivity_table(summary: dict[str, Any], fmt: str = "github") -> str:
+    """Probe tasks: each variant against the reference prompt, per strategy."""
+    several = len(summary["hosts"]) > 1
+    rows = []
+    for x in summary.get("sensitivity", []):
+        iv = x["tok_s_ratio_interval"]
+        rows.append(([fm.md(x["host"])] if several else []) + [
+            fm.md(x["strategy"]), fm.md(f"{x['task']}: {x['variant']}"),
+            _speedup_text(x["tok_s_ratio"], iv, None), f"{fm.pct(x['acceptance_reference'])} → "
+            f"{fm.pct(x['acceptance_variant'])}", f"{fm.ratio(x['speedup_reference'])} → "
+            f"{fm.ratio(x['speedup_variant'])}",
+            "-" if x["output_common_prefix_tokens"] is None else
+            f"{x['output_common_prefix_tokens']} of {x['output_tokens']}"])
+    if not rows:
+        return ""
+    return tabulate(rows, headers=(["host"] if several else []) + [
+        "strategy", "variant", "tok/s vs reference", "acceptance", "speedup vs baseline",
+        "output tokens as the reference's"], tablefmt=fmt, disable_numparse=True)
+
+
+def _acceptance(v: View) -> str:
+    cols = v.columns(speculative_only=True)
+    if not cols:
+        return "(no speculative strategy)"
+    rows = []
+    for t in v.s["tasks"]:
+        row = [fm.md(t)]
+        for h, s in cols:
+            c = v.cell(h, s, t)
+            if c is None or not c["runs_ok"]:
+                row.append("-")
+            elif not c["draft_n"]:
+                row.append("nothing drafted")
+            else:
+                mean_len = (c.get("server_mean_len") or {}).get("median")
+                row.append(f"{fm.pct(c['acceptance'])} of {c['draft_n']:,}, "
+                           f"{fm.num(c['tokens_per_pass']['median'])} tok/pass"
+                           + (f", mean len {fm.num(mean_len)}" if mean_len is not None else ""))
+        rows.append(row)
+    return _table(rows, ["task"] + [v.label(h, s) for h, s in cols])
+
+
+def _physics(v: View) -> str:
+    rows = []
+    for c in v.s["cells"]:
+        x = c["checks"].get("physics")
+        if not x or (v.kinds[c["strategy"]]["baseline"] is not None and not x["flagged"]):
+            continue
+        d = x["data"]
+        pb = d.get("pass_bytes") or {}
+        rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]), fm.num(d["tok_s"]),
+                     fm.num(d["tokens_per_pass"]), fm.size(pb.get("weights", d["weight_bytes"])), fm.size(pb.get("kv")),
+                     fm.size(pb.get("draft")) if pb.get("draft") else "-", fm.size(d.get("bytes_per_pass")),
+                     fm.num(d["implied_passes_s"], 1), fm.num(d["ceiling_passes_s"], 1), fm.pct(d["fraction"]),
+                     "⚠ " + fm.md(x["sentence"]) if x["flagged"] else "ok"])
+    return _table(rows, ["strategy", "task", "tok/s", "tok/pass", "weights", "KV at depth", "draft", "per pass",
+                         "passes/s", "ceiling", "of roofline", "verdict"])
+
+
+def _latency(v: View) -> str:
+    rows = []
+    for c in v.s["cells"]:
+        if not c["runs_ok"]:
+            continue
+        ttft = c["ttft_s"]["median"]
+        rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]), fm.num(c["prefill_tok_s"]["median"], 1),
+                     fm.num(ttft * 1000 if ttft is not None else None, 1), fm.num(c["load_s"]["median"], 2),
+                     fm.num(c["memory_peak_mb"]["median"], 0), fm.num(c["server_decode_tok_s"]["median"])])
+    return _table(rows, ["strategy", "task", "prefill tok/s", "TTFT ms", "load s", "memory MB", "server tok/s"])
+
+
+def _concurrency(v: View) -> str:
+    rows = [[v.label(c["host"], c["strategy"]), fm.md(c["task"]), c["streams"], fm.num(c["aggregate_tok_s"]["median"]),
+             fm.num(c["per_stream_tok_s"]["median"]), fm.num(c["per_stream_tok_s"]["min"])]
+            for c in v.s["cells"] if c.get("streams", 1) > 1 and c["runs_ok"]]
+    if not rows:
+        return ""
+    return _table(rows, ["strategy", "task", "streams", "aggregate tok/s", "per-stream tok/s", "slowest stream"])
+
+
+def _determinism(v: View) -> str:
+    if not v.s["determinism"] and v.s["baseline"] is None:
+        return "(no baseline strategy: nothing to compare against)"
+    lines = [f"- **{v.label(d['host'], d['strategy'])}**: {d['identical']}/{d['tasks']} tasks byte-identical to the "
+             "baseline" for d in v.s["determinism"].values()]
+    rows = []
+    for c in v.s["cells"]:
+        x = c["checks"].get("determinism")
+        if x and x["flagged"]:
+            rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]),
+                         x["data"].get("first_divergent_token", "-"), fm.num(x["data"].get("margin"), 3),
+                         x["data"].get("margin_rank", "-"), fm.md(x["sentence"])])
+    out = "\n".join(lines)
+    if rows:
+        out += "\n\n" + _table(rows, ["strategy", "task", "first divergent token", "baseline margin",
+                                      "rank (1 = narrowest)", "verdict"])
+    return out
+
+
+def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None) -> str:
+    meta = rd.read_meta()
+    v = View(summary)
+    parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
+    if summary["protocol"] == "reuse-server":
+        parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
+                  "carried over from one request to the next. Its figures show the artefact the default "
+                  "protocol protects against; do not quote them as speedups.", ""]
+    table, notes = _throughput(v)
+    parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
+              _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 1000)}", ""]
+    if plot is not None:
+        rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
+        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()})", ""]
+    parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", "", table, ""]
+    if notes:
+        parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
+    warnings = _warnings(v)
+    if warnings:
+        parts += ["### Stability warnings", ""] + warnings + [""]
+    conv = summary.get("convergence")
+    if conv:
+        parts += [f"### Adaptive rounds (--until ±{conv['target']:.0%}, at most {conv['max_rounds']} rounds)", ""]
+        if conv["not_converged"]:
+            parts += [f"{len(conv['not_converged'])} cell(s) did not reach ±{conv['target']:.0%} in "
+                      f"{conv['rounds']} rounds:", ""]
+            parts += [f"- {v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}: {c['rounds']} rounds, "
+                      f"±{fm.pct(c['half_width'])}" + (f", about {c['rounds_estimate']} rounds needed"
+                                                       if c["rounds_estimate"] else "")
+                      for c in conv["not_converged"]]
+        else:
+            parts.append(f"every speedup interval is within ±{conv['target']:.0%} after {conv['rounds']} rounds")
+        parts.append("")
+    parts += ["### Interference: other work on the host during each timed request", "", _interference(v), "",
+              f"> {fm.md(summary['rules']['interference'], 1000)}", ""]
+    sens = sensitivity_table(summary)
+    if sens:
+        parts += ["### Prompt sensitivity (each variant against its task's first prompt, paired by round)", "",
+                  "A phrase added or removed: how throughput (95% interval), acceptance, the speedup against the "
+                  "baseline and the output (tokens in common with the reference prompt's output) move.", "", sens,
+                  ""]
+    parts += ["### Acceptance and tokens per target pass", "", f"> {CAVEAT}", "",
+              "Accepted of drafted (the server's timings), tokens per target pass (predicted / (predicted - "
+              "accepted)), and the server's own mean accepted length per draft call where its log prints one.", "",
+              _acceptance(v), ""]
+    parts += ["### Physics: the memory-bandwidth roofline", "",
+              "Ceiling = bandwidth / bytes one target pass reads (its weights, or for a mixture of experts the shared "
+              "weights and the routed experts; the KV cache at the decode depth; the draft's weights times its "
+              "steps per pass), read from the GGUF headers; implied passes/s = tok/s / tokens per pass. A figure "
+              "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
+              _physics(v), ""]
+    parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
+    conc = _concurrency(v)
+    if conc:
+        parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
+    parts += ["### Prefill, time to first token, load, memory (medians)", "", _latency(v), ""]
+    if summary["missing"] or summary["measurements"].get("torn_last_line"):
+        parts += ["### Missing cells", ""]
+        parts += [f"- {v.label(m['host'], m['strategy'])} / {fm.md(m['task'])}: {m['recorded']} of {m['expected']} "
+                  "runs recorded" for m in summary["missing"]]
+        if summary["measurements"].get("torn_last_line"):
+            parts.append("- the last line of measurements.jsonl was cut short (a crash mid-write): that measurement "
+                         "is not counted")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
+    """A grouped bar chart of speedup per task per strategy (PNG), or None without a speculative strategy."""
+    v = View(summary)
+    cols = v.columns(speculative_only=True)
+    if not cols:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Names come from the run folder: shown as plain text, never as mathtext ($...$) or LaTeX.
+    with plt.rc_context({"text.usetex": False}):
+        return _draw(plt, v, cols, summary, path)
+
+
+def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any], path: Path) -> Path:
+    """The bars, labels and legend of plot_speedups, every text without math parsing."""
+    tasks = summary["tasks"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks) + 2), 3.6), dpi=100)
+    width = 0.8 / max(1, len(cols))
+    for i, (h, s) in enumerate(cols):
+        cells = [v.cell(h, s, t) or {} for t in tasks]
+        ys = [c.get("speedup") or 0.0 for c in cells]
+        ivs = [c.get("speedup_interval") or {} for c in cells]
+        lo = [max(0.0, y - (iv.get("low") or y)) for y, iv in zip(ys, ivs, strict=True)]
+        hi = [max(0.0, (iv.get("high") or y) - y) for y, iv in zip(ys, ivs, strict=True)]
+        xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
+               label=f"{h}: {s}" if v.several_hosts else s)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right", parse_math=False)
+    ax.set_ylabel("speedup vs baseline (95% interval)")
+    ax.set_title(f"{summary['manifest']['name']}: paired decode speedup per task", parse_math=False)
+    for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
+        text.set_parse_math(False)
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
+    return path
+
+
+def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
+          comparison: dict[str, Any] | None = None) -> list[Path]:
+    """Write summary.json (+ plot.png) in each run folder and one Markdown report for all of them."""
+    written: list[Path] = []
+    sections = []
+    names = []
+    for d in run_dirs:
+        rd = RunDir.open(d)
+        summary = summarize(rd)
+        schema.check("summary", summary, f"{rd.path}/summary.json")
+        sp = rd.path / "summary.json"
+        atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+        written.append(sp)
+        png = plot_speedups(summary, rd.path / "plot.png") if plot else None
+        if png:
+            written.append(png)
+        sections.append(render_run(rd, summary, out_path, png))
+        names.append(summary["manifest"]["name"])
+    if comparison is not None:
+        sections.append("\n".join([f"## Comparison: {fm.md(comparison['a']['run_id'])} (A) vs "
+                                   f"{fm.md(comparison['b']['run_id'])} (B)", "", "```",
+                                   cmp.text(comparison, "simple").replace("```", "'''"), "```", ""]))
+    title = f"# Results: {fm.md(', '.join(dict.fromkeys(names)))}"
+    body = "\n".join([title, "", "<!-- Generated by `invoke report` from the run folders below; edits are lost. -->",
+                      ""] + sections)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(body.rstrip() + "\n", encoding="utf-8")
+    written.append(out_path)
+    return written

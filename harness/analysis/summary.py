@@ -1,0 +1,365 @@
+"""From a run folder to its summary: per cell (host x strategy x task, over prompts and runs) the tok/s with its
+interval, the paired speedup against the strategy's baseline with its interval and verdict, acceptance, the
+checks (contamination from evidence, physics, determinism), stability warnings, and the interference each host
+saw. The statistics are harness/analysis/stats.py's; this module puts them beside the figures the report shows.
+
+Reads only run.json (typed, harness/store/runmeta.py) and measurements.jsonl (the stage before); writes nothing."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from harness.analysis import checks, stats
+from harness.models import passbytes
+from harness.schema import FORMAT_VERSIONS
+from harness.store.rundir import RunDir
+from harness.store.runmeta import RunMeta
+
+Key = tuple[str, str, str]  # host, strategy, task
+
+#: The rules behind the verdicts, in the words the report prints beside them.
+RULES = {
+    "speedup": "speedup = a strategy's tok/s over its baseline's on the same task, prompt and host in the same round "
+               "(each round runs every cell once, shuffled), median over rounds; 95% interval: Student-t on the "
+               f"log ratios below {stats.MIN_BOOTSTRAP_ROUNDS} rounds, else its hull with a percentile bootstrap; "
+               f"faster / slower when the interval lies above / below 1, equivalent when it lies within "
+               f"±{stats.EQUIVALENCE_BAND:.0%}, else not significant",
+    "contamination": "identical requests at temperature 0 in fresh containers must give identical draft counts and "
+                     "outputs: a change with acceptance rising after the first run is warm-cache, any other change "
+                     "unstable; a throughput trend after removing each round's common factor (Kendall p < "
+                     f"{stats.TREND_P}, change > {stats.TREND_MIN_CHANGE:.0%} and > {stats.TREND_NOISE_FACTOR:g}x the "
+                     "cell's noise) is drift; the reuse-server protocol is always flagged naive",
+    "interference": f"a measurement is disturbed when other work on the host used more than "
+                    f"{stats.DISTURBED_CORES:g} of a core on average during its timed request (or the CPU "
+                    "throttled, or another process used the GPU); disturbed measurements are left out of every "
+                    f"figure, unless more than {stats.MAX_DISTURBED_SHARE:.0%} of a host's were disturbed: then they "
+                    "are kept and the host is named as busy",
+}
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def describe(xs: list[float | None]) -> dict[str, Any]:
+    """n, median, min, max, spread (± half the range as % of the median), stdev."""
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return {"n": 0, "median": None, "min": None, "max": None, "spread_pct": None, "stdev": None}
+    med = statistics.median(vals)
+    return {"n": len(vals), "median": _r(med), "min": _r(min(vals)), "max": _r(max(vals)),
+            "spread_pct": _r((max(vals) - min(vals)) / 2 / med * 100, 1) if med else None,
+            "stdev": _r(statistics.stdev(vals)) if len(vals) > 1 else 0.0}
+
+
+def _interval(iv: stats.Interval | None) -> dict[str, Any] | None:
+    if iv is None:
+        return None
+    return {"low": _r(iv.low, 4), "high": _r(iv.high, 4), "n": iv.n, "method": iv.method, "note": iv.note}
+
+
+def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
+    """Measured bandwidth (invoke probe) for this host when present, else the manifest's."""
+    bw = meta.bandwidth or {}
+    if bw.get("gbs") and bw.get("host") in (None, host):
+        return float(bw["gbs"]), "measured"
+    return float(meta.hardware["memory_bandwidth_gbs"]), meta.hardware["bandwidth_source"]
+
+
+def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
+    """The baseline on the strategy's own target (what its output is compared with)."""
+    model = meta.strategy(sid).model
+    return next((s.id for s in meta.planned_strategies() if not s.speculative and s.model == model), None)
+
+
+def summarize(rd: RunDir) -> dict[str, Any]:
+    """The summary of one run folder (also valid for a partial run: missing cells are named)."""
+    meta = rd.read_meta()
+    records = rd.measurements()
+    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+    run_stats = stats.analyze(records, baselines, meta.protocol)
+    kept = {id(r) for r in stats.usable(records)}
+    by_cell: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: r["order"]):
+        by_cell[(r["host"], r["strategy"], r["task"])].append(r)
+    cells, missing = [], []
+    for host in meta.plan.hosts:
+        bw, bw_source = bandwidth(meta, host)
+        for s in meta.planned_strategies():
+            for t in meta.planned_tasks():
+                recs = by_cell.get((host, s.id, t.id), [])
+                expected = meta.plan.runs * len(t.prompts)
+                if len(recs) < expected:
+                    missing.append({"host": host, "strategy": s.id, "task": t.id, "recorded": len(recs),
+                                    "expected": expected})
+                cell = _cell(host, s, t.id, recs, kept, run_stats.cell(host, s.id, t.id))
+                if cell["decode_tok_s"]["median"] is not None:
+                    pb = pass_bytes(meta, s, [r for r in recs if r["status"] == "ok"])
+                    v = checks.physics(cell["decode_tok_s"]["median"], cell["tokens_per_pass"]["median"], bw,
+                                       meta.models[s.model]["size_bytes"], not s.speculative, bw_source,
+                                       pb.as_dict() if pb else None, pb.rule() if pb else None)
+                    cell["checks"]["physics"] = v.as_dict()
+                cells.append(cell)
+        _determinism(cells, by_cell, host, meta)
+    _speculation(cells, records, meta)
+    return {
+        "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
+        "protocol": meta.protocol, "manifest": {"name": meta.manifest["name"], "sha256": meta.manifest["sha256"]},
+        "hardware": meta.hardware,
+        "baseline": next(iter(meta.baselines()), None),
+        "strategies": [{"id": s.id, "spec_type": s.spec_type, "model": s.model, "baseline": s.baseline}
+                       for s in meta.planned_strategies()],
+        "tasks": meta.plan.tasks, "hosts": meta.plan.hosts, "runs": meta.plan.runs,
+        "measurements": {"recorded": len(records), "ok": sum(r["status"] == "ok" for r in records),
+                         "failed": sum(r["status"] == "failed" for r in records),
+                         "planned": meta.plan.measurements + _extra_planned(meta),
+                         "torn_last_line": rd.torn_last_line},
+        "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
+        "geomeans": [_geomean(g) for g in run_stats.geomeans],
+        "interference": interference_summary(records, meta.plan.hosts),
+        "rules": RULES,
+        "convergence": _convergence(meta, records, baselines),
+        "sensitivity": sensitivity(records, meta),
+    }
+
+
+def _by_prompt_round(recs: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    out: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in recs:
+        out[r["prompt"]].setdefault(r["round"], r)
+    return out
+
+
+def _acceptance_of(recs: list[dict[str, Any]]) -> float | None:
+    drafted = sum(r["server"]["draft_n"] for r in recs)
+    return _r(sum(r["server"]["draft_n_accepted"] for r in recs) / drafted, 4) if drafted else None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def sensitivity(records: list[dict[str, Any]], meta: RunMeta) -> list[dict[str, Any]]:
+    """For each probe task (its first prompt the reference, the others variants with a phrase added or removed):
+    per strategy and variant, throughput against the reference paired by round, acceptance of both, the output's
+    agreement with the reference's (common prefix in tokens), and the speedup against the baseline on each."""
+    usable = stats.usable(records)
+    out = []
+    for t in meta.planned_tasks():
+        if not t.probe:
+            continue
+        ref = t.prompts[0].id
+        for host in meta.plan.hosts:
+            for s in meta.planned_strategies():
+                recs = [r for r in usable if (r["host"], r["strategy"], r["task"]) == (host, s.id, t.id)]
+                base = [r for r in usable if (r["host"], r["strategy"], r["task"]) == (host, s.baseline, t.id)]
+                by, base_by = _by_prompt_round(recs), _by_prompt_round(base)
+                if ref not in by:
+                    continue
+                for p in t.prompts[1:]:
+                    out.append(_variant(host, s.id, t.id, ref, p.id, by, base_by))
+    return out
+
+
+def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict, base_by: dict) -> dict[str, Any]:
+    rounds = sorted(by[ref].keys() & by.get(var, {}).keys())
+    ratios = [by[var][r]["client"]["decode_tok_s"] / by[ref][r]["client"]["decode_tok_s"] for r in rounds]
+    iv = stats.median_interval(ratios)
+
+    def speedup(prompt: str) -> float | None:
+        pr = [by[prompt][r]["client"]["decode_tok_s"] / base_by[prompt][r]["client"]["decode_tok_s"]
+              for r in sorted(by.get(prompt, {}).keys() & base_by.get(prompt, {}).keys())]
+        return _r(statistics.median(pr), 4) if pr else None
+
+    first_ref = by[ref][min(by[ref])]["output"]
+    first_var = by[var][min(by[var])]["output"] if by.get(var) else None
+    return {"host": host, "strategy": strategy, "task": task, "reference": ref, "variant": var,
+            "tok_s_ratio": _r(statistics.median(ratios), 4) if ratios else None, "tok_s_ratio_interval":
+            _interval(iv), "acceptance_reference": _acceptance_of(list(by[ref].values())),
+            "acceptance_variant": _acceptance_of(list(by.get(var, {}).values())),
+            "speedup_reference": speedup(ref), "speedup_variant": speedup(var),
+            "output_common_prefix_tokens": None if first_var is None else
+            _common_prefix(first_ref.get("tokens") or [], first_var.get("tokens") or []),
+            "output_tokens": None if first_var is None else first_var.get("n_tokens")}
+
+
+def _extra_planned(meta: RunMeta) -> int:
+    prompts = {t.id: len(t.prompts) for t in meta.tasks}
+    return sum(prompts.get(task, 1) for x in meta.plan.extra_rounds for _, _, task in x["cells"])
+
+
+def _convergence(meta: RunMeta, records: list[dict[str, Any]], baselines: dict[str, str | None]) -> dict | None:
+    """For a run with --until: the target, the rounds run, and every cell still wider than the target."""
+    if meta.plan.until is None:
+        return None
+    conv = stats.convergence(records, baselines, meta.plan.until)
+    return {"target": meta.plan.until, "max_rounds": meta.plan.max_rounds,
+            "rounds": max((r["round"] for r in records), default=0),
+            "not_converged": [{"host": c.host, "strategy": c.strategy, "task": c.task, "rounds": c.rounds,
+                               "half_width": c.half_width, "rounds_estimate": c.rounds_estimate}
+                              for c in conv.cells if not c.converged]}
+
+
+def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.PassBytes | None:
+    """What one target pass of this cell read (harness/models/passbytes.py): the target's weights, the KV cache at the
+    median decode depth, and the draft's weights times its steps per pass; None without header facts."""
+    reads = (meta.models.get(s.model) or {}).get("reads")
+    if not reads or not ok:
+        return None
+    target = passbytes.ModelReads(**reads)
+    draft_reads = (meta.models.get(s.draft) or {}).get("reads") if s.draft else None
+    draft = passbytes.ModelReads(**draft_reads) if draft_reads else None
+    depths, steps = [], []
+    for r in ok:
+        sv = r["server"]
+        depths.append((sv.get("prompt_n") or 0) + (sv.get("predicted_n") or 0) / 2)
+        passes = (sv.get("predicted_n") or 0) - sv["draft_n_accepted"]
+        calls = ((r.get("server_log") or {}).get("statistics") or {}).get(s.spec_type, {}).get("calls_draft")
+        steps.append(passbytes.draft_steps(s.spec_type, sv["draft_n"], passes, calls))
+    k, v = passbytes.cache_types(ok[0].get("server_command") or [])
+    return passbytes.per_pass(target, statistics.median(depths), k_type=k, v_type=v, draft=draft,
+                              steps=statistics.median(steps) if s.speculative else 0.0,
+                              mtp=s.spec_type == "draft-mtp")
+
+
+def _geomean(g: stats.Speedup) -> dict[str, Any]:
+    return {"host": g.host, "strategy": g.strategy, "estimate": _r(g.estimate, 4), "interval": _interval(g.interval),
+            "verdict": g.verdict.as_dict()}
+
+
+def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None]]:
+    drafted = sum(r["server"]["draft_n"] for r in ok)
+    accepted = sum(r["server"]["draft_n_accepted"] for r in ok)
+    tpps = [checks.tokens_per_pass(r["server"]["predicted_n"] or 0, r["server"]["draft_n_accepted"]) for r in ok]
+    return drafted, accepted, tpps
+
+
+def _cell(host: str, s: Any, task: str, recs: list[dict[str, Any]], kept: set[int],
+          cs: stats.CellStats | None) -> dict[str, Any]:
+    ok = [r for r in recs if r["status"] == "ok"]
+    used = [r for r in ok if id(r) in kept]
+    failed = [r for r in recs if r["status"] == "failed"]
+    drafted, accepted, tpps = _acceptance(ok)
+    sp = cs.speedup if cs is not None else None
+    con = cs.contamination if cs is not None else None
+    return {
+        "host": host, "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": task,
+        "baseline": s.baseline,
+        "runs_ok": len(ok), "runs_used": len(used), "runs_failed": len(failed),
+        "failures": [{"run_index": r["run_index"], "prompt": r["prompt"], "reason": r["failure"]["reason"]}
+                     for r in failed],
+        "decode_tok_s": describe([r["client"]["decode_tok_s"] for r in used]),
+        "decode_tok_s_interval": _interval(cs.tok_s_interval) if cs is not None else None,
+        "server_decode_tok_s": describe([r["server"]["predicted_per_second"] for r in used]),
+        "prefill_tok_s": describe([r["server"]["prompt_per_second"] for r in used]),
+        "ttft_s": describe([r["client"]["ttft_s"] for r in used]),
+        "load_s": describe([r["timing"]["load_s"] for r in ok]),
+        "memory_peak_mb": describe([r["memory_peak_bytes"] / 2**20 for r in ok if r.get("memory_peak_bytes")]),
+        "draft_n": drafted, "draft_n_accepted": accepted,
+        "acceptance": _r(accepted / drafted, 4) if drafted else None,
+        "tokens_per_pass": describe(tpps),
+        "series": [_r(r["client"]["decode_tok_s"]) for r in ok],
+        "streams": max((r.get("concurrency", {}).get("streams", 1) for r in ok), default=1),
+        "aggregate_tok_s": describe([r["concurrency"]["aggregate_tok_s"] for r in used if "concurrency" in r]),
+        "per_stream_tok_s": describe([x for r in used if "concurrency" in r
+                                      for x in r["concurrency"]["per_stream_tok_s"]]),
+        "speedup": _r(sp.estimate, 4) if sp is not None else None,
+        "speedup_interval": _interval(sp.interval) if sp is not None else None,
+        "verdict": sp.verdict.as_dict() if sp is not None else None,
+        "paired_rounds": {str(k): _r(v, 4) for k, v in sp.rounds.items()} if sp is not None else {},
+        "warnings": [{"kind": w.kind, "sentence": w.sentence, "evidence": w.evidence}
+                     for w in (cs.warnings if cs is not None else [])],
+        "checks": {"contamination": {"check": "contamination", "flagged": con.flagged, "sentence": con.sentence,
+                                     "data": {"kind": con.kind, **con.evidence}}} if con is not None else {},
+        "server_mean_len": describe([((r.get("server_log") or {}).get("draft_acceptance") or {}).get("mean_len")
+                                     for r in ok]),
+    }
+
+
+def _speculation(cells: list[dict[str, Any]], records: list[dict[str, Any]], meta: RunMeta) -> None:
+    """A speculative strategy whose server drafted nothing in any run of any task did not speculate (a draft model
+    given with the wrong spec type, a type the build ignores): its row would be a baseline under another name.
+    (One task without drafts is a result: an n-gram table finds nothing to copy in some texts.)"""
+    for host in meta.plan.hosts:
+        for s in meta.planned_strategies():
+            ok = [r for r in records if r["status"] == "ok" and r["host"] == host and r["strategy"] == s.id]
+            if not s.speculative or not ok:
+                continue
+            drafted = sum(r["server"]["draft_n"] for r in ok)
+            impls = sorted({i for r in ok for i in (r.get("server_log") or {}).get("implementations", [])})
+            sentence = (f"speculation ran: drafted {drafted:,} tokens over {len(ok)} runs" if drafted else
+                        f"speculation did not run: draft_n absent in all {len(ok)} runs of every task "
+                        f"(--spec-type {s.spec_type}; the server added "
+                        + (", ".join(impls) if impls else "no speculative implementation") + ")")
+            check = {"check": "speculation", "flagged": not drafted, "sentence": sentence,
+                     "data": {"drafted": drafted, "runs": len(ok), "implementations": impls}}
+            for c in cells:
+                if c["host"] == host and c["strategy"] == s.id:
+                    c["checks"]["speculation"] = check
+
+
+def interference_summary(records: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
+    """Per host: how many measurements other work disturbed, how much it used, and which measurements."""
+    busy = stats.busy_hosts(records)
+    out = {}
+    for host in hosts:
+        ok = [r for r in records if r["host"] == host and r["status"] == "ok"]
+        figs = [r["interference"] for r in ok if r.get("interference")]
+        cores = [f["others_cores"] for f in figs if f.get("others_cores") is not None]
+        disturbed = [r for r in ok if (r.get("interference") or {}).get("disturbed")]
+        out[host] = {"measured": len(figs), "disturbed": len(disturbed), "kept": host in busy,
+                     "others_cores_median": _r(statistics.median(cores), 3) if cores else None,
+                     "others_cores_max": _r(max(cores), 3) if cores else None,
+                     "disturbed_ids": [r["measurement_id"] for r in disturbed][:200]}
+    return out
+
+
+def _determinism(cells: list[dict[str, Any]], by_cell: dict[Key, list[dict[str, Any]]], host: str,
+                 meta: RunMeta) -> None:
+    """Byte match against the baseline of the same target, prompt by prompt."""
+    for c in cells:
+        if c["host"] != host:
+            continue
+        base = same_target_baseline(meta, c["strategy"])
+        if base is None:
+            continue
+        base_ok = [r for r in by_cell.get((host, base, c["task"]), []) if r["status"] == "ok"]
+        runs = [r for r in by_cell.get((host, c["strategy"], c["task"]), []) if r["status"] == "ok"]
+        if not base_ok or not runs:
+            continue
+        refs: dict[str, dict[str, Any]] = {}
+        for r in base_ok:
+            refs.setdefault(r["prompt"], r)
+        if c["strategy"] == base:
+            stable = all(r["output"]["sha256"] == refs[r["prompt"]]["output"]["sha256"] for r in base_ok)
+            c["checks"]["determinism"] = {"check": "determinism", "flagged": not stable,
+                                          "sentence": "the reference" if stable else
+                                          "baseline outputs differ between runs", "data": {"identical": stable}}
+            continue
+        verdicts = [checks.determinism(refs[r["prompt"]]["output"], r["output"], refs[r["prompt"]].get("probs"))
+                    for r in runs if r["prompt"] in refs]
+        if not verdicts:
+            continue
+        first_bad = next((v for v in verdicts if v.flagged), None)
+        n_same = sum(not v.flagged for v in verdicts)
+        d = (first_bad or verdicts[0]).as_dict()
+        d["data"].update(runs_identical=n_same, runs=len(verdicts), baseline=base)
+        if first_bad and n_same:
+            d["sentence"] = f"{n_same}/{len(verdicts)} runs identical; {first_bad.sentence}"
+        c["checks"]["determinism"] = d
+
+
+def _determinism_totals(cells: list[dict[str, Any]], meta: RunMeta) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in cells:
+        det = c["checks"].get("determinism")
+        if not meta.strategy(c["strategy"]).speculative or det is None:
+            continue
+        key = f"{c['host']}/{c['strategy']}"
+        d = out.setdefault(key, {"host": c["host"], "strategy": c["strategy"], "identical": 0, "tasks": 0})
+        d["tasks"] += 1
+        d["identical"] += int(det["data"]["identical"] and det["data"].get("runs_identical", 1)
+                              == det["data"].get("runs", 1))
+    return out

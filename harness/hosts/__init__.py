@@ -1,0 +1,4 @@
+"""Where containers run: one `Engine` interface with a local engine (Docker SDK) and a remote one over SSH (Fabric,
+known hosts enforced), and the facts of the machine recorded beside every result.
+
+Imports: the foundation only. Every container, image and host command goes through `Engine`."""

@@ -1,0 +1,361 @@
+"""Debian base images for the CPU backend, made for the target engine's architecture.
+
+Two ways to make them, tried in this order (`decide` is the pure decision, `ensure` carries it out):
+- registry: the engine pulls `debian:bookworm` (its own architecture) and adds the packages with apt
+  (docker/base/registry.Dockerfile);
+- debootstrap: a Debian root filesystem made with docker/base/make-rootfs.sh and imported into the engine, made on
+  the engine's host itself over SSH when it has debootstrap, or on this machine when the architectures match.
+The architecture and the way are part of the base tags, so they are part of every llama.cpp image's identity."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+
+import docker
+from harness import DOCKER, LABEL_PREFIX, KitError
+
+SCRIPT = DOCKER / "base" / "make-rootfs.sh"
+REGISTRY_DOCKERFILE = DOCKER / "base" / "registry.Dockerfile"
+SUITE = "bookworm"
+DEBIAN_IMAGE = f"debian:{SUITE}"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: What each base carries besides Debian's minimal system (the same list for both ways of making it).
+PACKAGES = {
+    "builder": ("build-essential", "cmake", "ca-certificates", "pkg-config"),
+    # libgomp1: llama.cpp's CPU backend links OpenMP.
+    "runtime": ("libgomp1", "ca-certificates"),
+}
+METHODS = ("registry", "debootstrap")
+#: Docker's and uname's architecture names -> the names image tags use.
+ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
+          "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
+#: How long the engine may take to start answering a pull before the registry counts as unreachable (a pull that
+#: fails for want of DNS answers in ~10 ms on a machine without a registry; a filtered network would hang).
+PULL_ANSWER_S = 30.0
+#: A whole debootstrap (builder: ~45 s here, plus download time elsewhere).
+DEBOOTSTRAP_TIMEOUT_S = 3600
+
+
+@dataclass(frozen=True)
+class BaseImages:
+    builder: str
+    runtime: str
+    reason: str
+    registry_free: bool = True
+
+
+def normalise_arch(raw: str) -> str:
+    return ARCHES.get(str(raw).lower(), str(raw).lower() or "unknown")
+
+
+def local_arch() -> str:
+    """This machine's architecture, as image tags name it."""
+    return normalise_arch(platform.machine())
+
+
+def engine_arch(client: docker.DockerClient) -> str:
+    """The Docker engine's architecture (its own `info()`), as image tags name it."""
+    return normalise_arch(client.info().get("Architecture", ""))
+
+
+def _recipe_digest(role: str, method: str) -> str:
+    recipe = SCRIPT if method == "debootstrap" else REGISTRY_DOCKERFILE
+    h = hashlib.sha256(recipe.read_bytes())
+    h.update(("\0".join((SUITE, method, *PACKAGES[role]))).encode())
+    return h.hexdigest()[:12]
+
+
+def tag_for(role: str, arch: str | None = None, method: str = "debootstrap") -> str:
+    """Image tag of a base: suite, architecture, way of making it and a digest of its recipe and packages."""
+    return f"{LABEL_PREFIX}/base-{role}:{SUITE}-{arch or local_arch()}-{method}-{_recipe_digest(role, method)}"
+
+
+def images_for(arch: str, method: str) -> BaseImages:
+    how = (f"{DEBIAN_IMAGE} from a registry plus apt packages" if method == "registry"
+           else "Debian made with debootstrap (no registry needed)")
+    return BaseImages(tag_for("builder", arch, method), tag_for("runtime", arch, method), f"{how}, for {arch}")
+
+
+def candidates(arch: str) -> list[BaseImages]:
+    """Every pair of bases a CPU image for an engine of this architecture may be built on."""
+    return [images_for(arch, m) for m in METHODS]
+
+
+def planned(arch: str | None = None) -> BaseImages:
+    """The bases a plan names before any engine is asked (for `invoke build --plan`)."""
+    arch = arch or local_arch()
+    b = images_for(arch, "debootstrap")
+    return BaseImages(b.builder, b.runtime, f"Debian bookworm bases for the engine's architecture (here {arch}): "
+                      f"{DEBIAN_IMAGE} + apt where the engine can pull it, else debootstrap (tags shown)")
+
+
+# ---------------------------------------------------------------- the decision
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How to make missing bases: method registry|debootstrap, where engine|host|here; or one line why not."""
+
+    method: str | None
+    where: str | None
+    problem: str | None = None
+
+
+def decide(engine_arch: str, local_arch: str, registry: bool, debootstrap_host: bool, debootstrap_here: bool,
+           remote: bool, host: str = "the host") -> Decision:
+    """Choose how to make the bases for an engine. A pure function of what was found out about it.
+
+    registry: the engine can pull debian:bookworm; debootstrap_host: the engine's host has debootstrap and may run
+    it (root or passwordless sudo) and a docker CLI; debootstrap_here: the same on this machine. For the local
+    engine the host is this machine."""
+    if registry:
+        return Decision("registry", "engine")
+    if remote and debootstrap_host:
+        return Decision("debootstrap", "host")
+    if debootstrap_here and local_arch == engine_arch:
+        return Decision("debootstrap", "here")
+    install = "`sudo apt-get install debootstrap`"
+    if not remote:
+        return Decision(None, None, f"no registry answers for {DEBIAN_IMAGE} and this machine cannot run debootstrap "
+                        f"(install it: {install}; it needs root or passwordless sudo), or let the Docker engine "
+                        "reach a registry")
+    if debootstrap_here:
+        return Decision(None, None, f"{host}'s Docker engine is {engine_arch} and this machine is {local_arch}: a "
+                        f"{local_arch} base made here would not run there; install debootstrap on {host} ({install}; "
+                        f"root or passwordless sudo) or let {host} pull {DEBIAN_IMAGE} from a registry")
+    return Decision(None, None, f"no registry answers for {DEBIAN_IMAGE} on {host}, and neither {host} nor this "
+                    f"machine can run debootstrap: install it on {host} ({install}; root or passwordless sudo) or "
+                    f"let {host} reach a registry")
+
+
+# ---------------------------------------------------------------- what the engine and the hosts can do
+
+
+def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def registry_answers(client: docker.DockerClient, image: str = DEBIAN_IMAGE, log: Callable[[str], None] = print,
+                     answer_s: float = PULL_ANSWER_S) -> bool:
+    """Can the engine pull `image`? Pulls it (for the engine's own architecture) when the registry answers within
+    `answer_s`; True when the image is there afterwards (or was already)."""
+    if image_exists(client, image):
+        return True
+    repo, tag = image.rsplit(":", 1)
+    first = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def pull() -> None:
+        try:
+            for chunk in client.api.pull(repo, tag=tag, stream=True, decode=True):
+                if "error" in chunk or "errorDetail" in chunk:
+                    outcome["error"] = chunk.get("error") or chunk["errorDetail"].get("message", "")
+                    break
+                first.set()
+        except docker.errors.APIError as e:
+            outcome["error"] = str(e.explanation or e)
+        except docker.errors.DockerException as e:
+            outcome["error"] = str(e)
+        finally:
+            outcome["done"] = True
+            first.set()
+
+    log(f"base: asking the engine to pull {image} (waiting at most {answer_s:g} s for the registry)")
+    worker = threading.Thread(target=pull, name="specbench-pull", daemon=True)
+    worker.start()
+    if not first.wait(answer_s):
+        log(f"base: no registry answered within {answer_s:g} s")
+        return False  # the thread is left to the engine's own timeout
+    worker.join()
+    if "error" in outcome:
+        log(f"base: {image} cannot be pulled ({str(outcome['error']).strip().splitlines()[0][:160]})")
+        return False
+    return image_exists(client, image)
+
+
+_CAN_DEBOOTSTRAP = ('PATH="$PATH:/usr/sbin:/sbin"; command -v debootstrap >/dev/null && command -v docker >/dev/null '
+                    '&& { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }')
+
+
+def debootstrap_here() -> bool:
+    """Can this machine run debootstrap (installed, and root or passwordless sudo)?"""
+    found = shutil.which("debootstrap") or next((p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap")
+                                                 if os.access(p, os.X_OK)), None)
+    if not found:
+        return False
+    if os.geteuid() == 0:
+        return True
+    if shutil.which("sudo") is None:
+        return False
+    return subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+
+
+def debootstrap_on_host(engine) -> bool:
+    """Can the engine's host run debootstrap and import the result with its docker CLI?"""
+    code, _ = engine.run_host(["sh", "-c", _CAN_DEBOOTSTRAP], timeout=30)
+    return code == 0
+
+
+def mirror_from(text: str | None) -> str | None:
+    """The Debian mirror named by an apt sources file (deb822 or one-line format)."""
+    if not text:
+        return None
+    m = re.search(r"^URIs:\s*(\S+)", text, re.M) or re.search(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+\S+", text, re.M)
+    return m.group(1) if m and "security" not in m.group(1) else None
+
+
+_SOURCES = ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list")
+
+
+def host_mirror(read: Callable[[str], str | None] | None = None) -> str:
+    """The Debian mirror a host's apt uses (so debootstrap reaches what apt reaches); this machine's by default."""
+
+    def read_here(path: str) -> str | None:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return None
+
+    for path in _SOURCES:
+        found = mirror_from((read or read_here)(path))
+        if found:
+            return found
+    return DEFAULT_MIRROR
+
+
+# ---------------------------------------------------------------- making them
+
+
+def _import_changes(role: str) -> list[str]:
+    return [f"ENV {ENV_PATH}", f"LABEL {LABEL_PREFIX}.base={role}"]
+
+
+def make_here(client: docker.DockerClient, role: str, tag: str, mirror: str, log: Callable[[str], None]) -> None:
+    """debootstrap on this machine, then import the root filesystem into the engine through its API."""
+    log(f"base: making {tag} with debootstrap here from {mirror} (about a minute)")
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    with tempfile.TemporaryDirectory(prefix="specbench-base-") as tmp:
+        tar = Path(tmp) / f"{role}.tar"
+        try:
+            proc = subprocess.run([*sudo, "sh", str(SCRIPT), str(tar), mirror, SUITE, ",".join(PACKAGES[role])],
+                                  capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise KitError(f"base image {role}: debootstrap took over {DEBOOTSTRAP_TIMEOUT_S} s; is {mirror} "
+                           "reachable?") from None
+        if proc.returncode != 0:
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            raise KitError(f"base image {role}: debootstrap failed (exit {proc.returncode}): {tail}")
+        repo, name = tag.rsplit(":", 1)
+        client.api.import_image(src=str(tar), repository=repo, tag=name, changes=_import_changes(role))
+
+
+def make_on_host(engine, role: str, tag: str, log: Callable[[str], None]) -> None:
+    """debootstrap on the engine's own host over SSH (its architecture, its apt mirror) and `docker import` there:
+    nothing but the short script crosses the connection."""
+    mirror = host_mirror(engine.read_host_file)
+    log(f"base: making {tag} with debootstrap on {engine.name} from {mirror} (a minute or more)")
+    code, out = engine.run_host(["mktemp", "-d", "/tmp/specbench-base.XXXXXX"])
+    folder = out.strip()
+    if code != 0 or not folder.startswith("/tmp/specbench-base."):
+        raise KitError(f"{engine.name}: cannot make a temporary folder under /tmp (mktemp exit {code})")
+    engine.send_bytes(SCRIPT.read_bytes(), f"{folder}/make-rootfs.sh")
+    q = shlex.quote
+    sudo = 'if [ "$(id -u)" = 0 ]; then S=""; else S="sudo -n"; fi; '
+    changes = " ".join(f"--change {q(c)}" for c in _import_changes(role))
+    script = (f'{sudo}PATH="$PATH:/usr/sbin:/sbin"; $S sh {q(folder)}/make-rootfs.sh {q(folder)}/rootfs.tar '
+              f'{q(mirror)} {SUITE} {q(",".join(PACKAGES[role]))} >{q(folder)}/log 2>&1 '
+              f'&& docker import {changes} {q(folder)}/rootfs.tar {q(tag)} >/dev/null 2>>{q(folder)}/log; rc=$?; '
+              f'[ $rc = 0 ] || tail -3 {q(folder)}/log; $S rm -rf {q(folder)}; exit $rc')
+    code, out = engine.run_host(["sh", "-c", script], timeout=DEBOOTSTRAP_TIMEOUT_S)
+    if code != 0:
+        tail = " | ".join(out.strip().splitlines()[-3:]) or f"exit {code}"
+        raise KitError(f"base image {role} on {engine.name}: debootstrap or docker import failed: {tail}")
+
+
+def make_from_registry(client: docker.DockerClient, role: str, tag: str, log: Callable[[str], None],
+                       debian: str = DEBIAN_IMAGE) -> None:
+    """debian:bookworm plus the role's packages, built by the engine with network (apt)."""
+    log(f"base: making {tag} from {debian} with apt (network)")
+    ctx = io.BytesIO()
+    with tarfile.open(fileobj=ctx, mode="w") as tf:
+        data = REGISTRY_DOCKERFILE.read_bytes()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    ctx.seek(0)
+    last: list[str] = []
+    try:
+        for chunk in client.api.build(fileobj=ctx, custom_context=True, tag=tag, pull=False, rm=True, forcerm=True,
+                                      decode=True, network_mode="host",
+                                      buildargs={"DEBIAN": debian, "PACKAGES": " ".join(PACKAGES[role])},
+                                      labels={f"{LABEL_PREFIX}.base": role}):
+            last = (last + chunk.get("stream", "").splitlines())[-5:]
+            if "error" in chunk or "errorDetail" in chunk:
+                msg = chunk.get("error") or chunk["errorDetail"].get("message", "")
+                raise KitError(f"base image {role} from {debian} failed: {msg.strip()} ({' | '.join(last[-3:])})")
+    except docker.errors.APIError as e:
+        raise KitError(f"base image {role} from {debian} failed: {e.explanation or e}") from None
+
+
+def existing(client: docker.DockerClient, arch: str) -> BaseImages | None:
+    """Bases of this architecture already on the engine (either way of making them), registry ones first."""
+    for b in candidates(arch):
+        if image_exists(client, b.builder) and image_exists(client, b.runtime):
+            return BaseImages(b.builder, b.runtime, f"{b.reason}, already on the engine")
+    return None
+
+
+def ensure(engine, log: Callable[[str], None] = print, mirror: str | None = None) -> BaseImages:
+    """Bases for the engine's architecture: reused when there, else made the way `decide` picks, or one line
+    saying what is missing before anything is sent."""
+    client = engine.client
+    arch = engine_arch(client)
+    have = existing(client, arch)
+    if have is not None:
+        return have
+    remote = bool(getattr(engine, "remote", False))
+    registry = registry_answers(client, log=log)
+    decision = decide(arch, local_arch(), registry,
+                      debootstrap_host=remote and not registry and debootstrap_on_host(engine),
+                      debootstrap_here=not registry and debootstrap_here(), remote=remote, host=engine.name)
+    if decision.problem:
+        raise KitError(f"base images for {engine.name}: {decision.problem}")
+    want = images_for(arch, decision.method or "debootstrap")
+    made = []
+    for role, tag in (("builder", want.builder), ("runtime", want.runtime)):
+        if image_exists(client, tag):
+            continue
+        if decision.method == "registry":
+            make_from_registry(client, role, tag, log)
+        elif decision.where == "host":
+            make_on_host(engine, role, tag, log)
+        else:
+            make_here(client, role, tag, mirror or host_mirror(), log)
+        if not image_exists(client, tag):
+            raise KitError(f"base image {role}: {tag} is not on {engine.name} after making it")
+        log(f"base: {tag} ready")
+        made.append(role)
+    places = {"engine": "by the engine", "host": f"on {engine.name}", "here": "on this machine"}
+    where = places[decision.where or "here"]
+    return BaseImages(want.builder, want.runtime, f"{want.reason} ({', '.join(made) or 'none'} made now {where})")

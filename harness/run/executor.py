@@ -1,0 +1,195 @@
+"""Executes a plan: hosts in parallel (one measurement at a time per host), records appended as they finish,
+progress, Ctrl-C and SIGTERM, leftovers removed, and resume (measurements already recorded are skipped)."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import Any
+
+import docker.errors
+import paramiko
+import requests.exceptions
+
+from harness import KitError
+from harness.files import now_iso
+from harness.hosts.engine import Engine
+from harness.run.plan import Planned
+from harness.run.protocol import Context
+from harness.store.rundir import RunDir
+
+ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError, EOFError,
+                 paramiko.SSHException)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a run the way Ctrl-C does: current container removed, finished records kept."""
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Progress:
+    """A tqdm bar, or one log line per measurement; warnings printed once per (host, kind)."""
+
+    def __init__(self, total: int, enabled: bool, log: Callable[[str], None], several_hosts: bool,
+                 warned: set[tuple[str, str]] | None = None):
+        self.log = log
+        self.several_hosts = several_hosts
+        self.warned = warned if warned is not None else set()
+        self.bar = None
+        if enabled and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="meas", dynamic_ncols=True, leave=True)
+
+    def say(self, msg: str) -> None:
+        (self.bar.write if self.bar is not None else self.log)(msg)
+
+    def warning(self, engine: Engine, w: dict[str, str]) -> None:
+        key = (engine.name, w["kind"])
+        if key not in self.warned:
+            self.warned.add(key)
+            self.say(f"warning ({engine.name}): {w['sentence']}")
+
+    def done(self, rec: dict[str, Any]) -> None:
+        if rec["status"] == "failed":
+            self.say(f"failed: {rec['measurement_id']}: {rec['failure']['reason']}")
+        elif self.bar is None:
+            tps, server = rec["client"].get("decode_tok_s"), rec["server"].get("predicted_per_second")
+            self.log(f"{rec['measurement_id']}: {'-' if tps is None else f'{tps:.1f}'} tok/s "
+                     f"(server {'-' if server is None else f'{server:.1f}'})")
+        if self.bar is not None:
+            host = f"{rec['host']} " if self.several_hosts else ""
+            self.bar.set_description(f"{host}round {rec['round']} {rec['strategy']}/{rec['task']}")
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Executor:
+    """Runs planned measurements with a protocol on a set of engines, into one run folder.
+
+    Long by design: the run's lifecycle (resume filter, hosts, interruption, leftovers) in short methods."""
+
+    def __init__(self, ctx: Context, engines: list[Engine], protocol: Any, rd: RunDir, *,
+                 log: Callable[[str], None] = print, progress: bool = True):
+        self.ctx = ctx
+        self.engines = {e.name: e for e in engines}
+        self.protocol = protocol
+        self.rd = rd
+        self.log = log
+        self.show_progress = progress
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._order = itertools.count()
+        self._warned: set[tuple[str, str]] = set()  # once per run, across the rounds --until adds
+
+    def execute(self, items: list[Planned]) -> dict[str, int]:
+        """Run every item not yet in the run folder. Returns counts (ok, failed, skipped)."""
+        done = self.rd.done_ids()
+        todo = [p for p in items if p.measurement_id not in done]
+        counts = {"ok": 0, "failed": 0, "skipped": len(items) - len(todo)}
+        if counts["skipped"]:
+            self.log(f"resume: {counts['skipped']} of {len(items)} measurements already recorded; {len(todo)} to go")
+        self._order = itertools.count(len(done))
+        self._stop.clear()
+        self.remove_leftovers(announce=True)
+        by_host: dict[str, list[Planned]] = {}
+        for item in todo:
+            by_host.setdefault(item.host, []).append(item)
+        progress = Progress(len(todo), self.show_progress, self.log, len(self.engines) > 1, self._warned)
+        self.ctx.on_warning = progress.warning
+        status = "complete"
+        try:
+            with sigterm_as_interrupt():
+                if len(by_host) <= 1:
+                    for host, host_items in by_host.items():
+                        self._run_host(host, host_items, counts, progress)
+                else:
+                    self._run_hosts_parallel(by_host, counts, progress)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except ENGINE_ERRORS as e:
+            status = "interrupted"
+            raise KitError(f"lost the Docker engine mid-run ({type(e).__name__}: {str(e)[:200]}); finished "
+                           f"measurements are saved: resume with `invoke run --resume {self.rd.run_id}`") from None
+        except KitError:
+            status = "interrupted"
+            raise
+        finally:
+            progress.close()
+            self._finish(status)
+        return counts
+
+    def _finish(self, status: str) -> None:
+        meta = self.rd.read_meta()
+        interruptions = list(meta.interruptions)
+        if status == "interrupted":
+            interruptions.append({"at": now_iso(), "done": len(self.rd.done_ids())})
+        self.rd.update_meta(status=status, interruptions=interruptions)
+        self.remove_leftovers(announce=False)
+
+    def remove_leftovers(self, announce: bool) -> None:
+        """Containers of this run still on a host (a host that dropped mid-run, an interrupted measurement)."""
+        for e in self.engines.values():
+            try:
+                for c in e.kit_containers(self.rd.run_id):
+                    if announce:
+                        self.log(f"{e.name}: removing {c.short_id} left by an earlier attempt of run {self.rd.run_id}")
+                    e.remove(c)
+            except ENGINE_ERRORS:
+                flag = f" --host {e.name}" if e.name != "local" else ""
+                self.log(f"note: {e.name} did not answer; remove its leftovers later with `invoke clean --run-id "
+                         f"{self.rd.run_id}{flag}`")
+
+    def _emit(self, rec: dict[str, Any], counts: dict[str, int], progress: Progress) -> None:
+        with self._lock:
+            rec["order"] = next(self._order)
+            self.rd.append(rec)
+            counts[rec["status"]] += 1
+            progress.done(rec)
+
+    def _run_host(self, host: str, items: list[Planned], counts: dict[str, int], progress: Progress) -> None:
+        self.protocol.run(self.ctx, self.engines[host], items, lambda rec: self._emit(rec, counts, progress),
+                          self._stop)
+
+    def _run_hosts_parallel(self, by_host: dict[str, list[Planned]], counts: dict[str, int],
+                            progress: Progress) -> None:
+        """One worker thread per host; Ctrl-C (main thread) stops them after their current measurement."""
+        with ThreadPoolExecutor(len(by_host), thread_name_prefix="host") as pool:
+            futures = {pool.submit(self._run_host, host, items, counts, progress): host
+                       for host, items in by_host.items()}
+            try:
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                    if any(f.exception() is not None for f in done):
+                        self._stop.set()
+            except KeyboardInterrupt:
+                self._stop.set()
+                wait(futures)
+                raise
+            errors = [(futures[f], f.exception()) for f in futures if f.exception() is not None]
+            if errors:
+                host, exc = errors[0]
+                if isinstance(exc, KitError):
+                    raise exc
+                raise KitError(f"host {host}: lost mid-run ({type(exc).__name__}: {str(exc)[:200]}); finished "
+                               f"measurements are saved: resume with `invoke run --resume {self.rd.run_id}`")

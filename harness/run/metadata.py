@@ -1,0 +1,69 @@
+"""The run.json of a new run: what it will measure and how, normalised from the manifest and the plan (models by
+name, hash, size, source and what one pass reads; strategies with their resolved baselines; prompts by hash),
+written once at the start. harness/store/runmeta.py reads it back for every later stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import KitError, __version__
+from harness.files import file_sha256, now_iso, recorded_path
+from harness.intake.manifest import Manifest, ModelFile
+from harness.models import gguf_facts, passbytes
+from harness.run.plan import Plan
+from harness.store.runmeta import PlanMeta, PromptMeta, RunMeta, StrategyMeta, TaskMeta
+
+
+def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
+    """What run.json records of a model file: name, hash, size, where it came from (never a local path)."""
+    src: dict[str, Any]
+    if model.hf:
+        src = {"hf": {"repo": model.hf.repo, "file": model.hf.file, "revision": model.hf.revision}}
+    elif model.generate:
+        src = {"generate": {"kind": model.generate.kind, "seed": model.generate.seed, "alpha": model.generate.alpha,
+                            **model.generate.shape()}}
+    else:
+        src = {"file": model.file}
+    return {"file": path.name, "sha256": model.sha256 or file_sha256(path), "size_bytes": path.stat().st_size,
+            "quantization": model.quantization, "source": src, "reads": _reads(path)}
+
+
+def _reads(path: Any) -> dict[str, Any] | None:
+    """What one pass of this model reads, from its GGUF header (None for a file that is not GGUF)."""
+
+    try:
+        return passbytes.model_reads(gguf_facts.read_facts(path)).as_dict()
+    except (KitError, OSError, ValueError):
+        return None
+
+
+def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],
+            model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
+            bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
+            aa_control: bool = False) -> RunMeta:
+    """The run metadata of a new run, normalised from the manifest and the plan."""
+    folder = manifest.folder
+    strategies = []
+    for s in plan.strategies:  # those measured (an A/A twin included), with the models they use
+        base = manifest.baseline_for(s)
+        strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
+                                       base.id if base is not None and base.id != s.id else None, tuple(s.args),
+                                       s.label, s.parallel))
+    tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
+                                                          p.sha256 or file_sha256(p.path)) for p in t.prompts),
+                      t.probe) for t in manifest.tasks]
+    hw = manifest.hardware
+    sp = manifest.sampling
+    return RunMeta(
+        run_id=run_id, created_at=now_iso(), status="running", protocol=protocol, kit_version=__version__,
+        manifest={"name": manifest.name, "path": recorded_path(manifest.path), "sha256": manifest.sha256,
+                  "text": manifest.text},
+        hardware={"name": hw.name, "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+                  "bandwidth_source": hw.bandwidth_source, "memory_gb": hw.memory_gb},
+        sampling={"temperature": sp.temperature, "seed": sp.seed, "top_k": sp.top_k}, endpoint=manifest.endpoint,
+        strategies=strategies, tasks=tasks,
+        models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
+        build=build, environment=environment,
+        plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
+                      plan.hosts, len(plan.items), aa_control, until, max_rounds),
+        bandwidth=bandwidth)

@@ -1,0 +1,190 @@
+"""The plan: which measurements a run makes, in which order. Cells (strategy x task x prompt) run once per round,
+rounds in an order shuffled with a recorded seed, on each host. `invoke validate` prints it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import KitError
+from harness.files import display_path
+from harness.formatter import size
+from harness.image import source
+from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
+from harness.intake.trust import untrusted_fields
+from harness.models import gguf_facts, preflight
+
+#: A plan larger than this is a mistake (a run of a few seconds per measurement would take weeks).
+MAX_MEASUREMENTS = 100_000
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One thing measured: a strategy on one prompt of a task."""
+
+    strategy: Strategy
+    task: Task
+    prompt: Prompt
+
+    @property
+    def id(self) -> str:
+        return f"{self.strategy.id}/{self.task.id}" + (f"/{self.prompt.id}" if len(self.task.prompts) > 1 else "")
+
+
+@dataclass(frozen=True)
+class Planned:
+    cell: Cell
+    run_index: int
+    round: int
+    host: str
+
+    @property
+    def measurement_id(self) -> str:
+        c = self.cell
+        prompt = f"/{c.prompt.id}" if len(c.task.prompts) > 1 else ""
+        return f"{self.host}/{c.strategy.id}/{c.task.id}{prompt}/{self.run_index}"
+
+
+@dataclass
+class Plan:
+    strategies: list[Strategy]
+    tasks: list[Task]
+    runs: int
+    shuffle_seed: int
+    hosts: list[str]
+    items: list[Planned] = field(default_factory=list)
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [Cell(s, t, p) for s in self.strategies for t in self.tasks for p in t.prompts]
+
+    def add_rounds(self, first: int, last: int, only: set[tuple[str, str, str]] | None = None) -> list[Planned]:
+        """Append rounds first..last (each host runs every cell once per round, shuffled; with `only`, just the
+        cells whose (host, strategy, task) is in it); return what was added."""
+        added: list[Planned] = []
+        for host in self.hosts:
+            for r in range(first, last + 1):
+                cells = [c for c in self.cells if only is None or (host, c.strategy.id, c.task.id) in only]
+                random.Random(f"{self.shuffle_seed}:{host}:{r}").shuffle(cells)
+                added += [Planned(c, r, r, host) for c in cells]
+        self.items += added
+        return added
+
+    def describe(self) -> str:
+        n_prompts = sum(len(t.prompts) for t in self.tasks)
+        prompts = f" ({n_prompts} prompts)" if n_prompts != len(self.tasks) else ""
+        hosts = f" x {len(self.hosts)} hosts" if len(self.hosts) > 1 else ""
+        return (f"{len(self.strategies)} strategies x {len(self.tasks)} tasks{prompts} x {self.runs} runs{hosts} = "
+                f"{len(self.items)} measurements")
+
+
+def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | None) -> tuple[list[Strategy],
+                                                                                                   list[Task]]:
+    """The manifest's strategies and tasks, or the named subset (in manifest order); unknown names are errors.
+
+    A subset keeps the baselines its strategies are measured against."""
+    def pick(kind: str, names: list[str] | None, items: tuple) -> list:
+        if not names:
+            return list(items)
+        known = {i.id for i in items}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise KitError(f"--{kind}: {', '.join(unknown)} not in the manifest (known: {', '.join(sorted(known))})")
+        return [i for i in items if i.id in names]
+    strats = pick("strategies", strategies, manifest.strategies)
+    needed = {b.id for s in strats if (b := manifest.baseline_for(s)) is not None}
+    strats = [s for s in manifest.strategies if s in strats or s.id in needed]
+    return strats, pick("tasks", tasks, manifest.tasks)
+
+
+def aa_twin(baseline: Strategy) -> Strategy:
+    """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
+    the report shows how much drift survives the pairing by rounds."""
+    return Strategy(f"{baseline.id}-aa", "none", None, baseline.args, f"A/A control of {baseline.id}",
+                    baseline.parallel, baseline.model, baseline.id)
+
+
+def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | None = None,
+              tasks: list[str] | None = None, runs: int | None = None, shuffle_seed: int | None = None,
+              aa_control: bool = False) -> Plan:
+    """The plan for a manifest (or a subset of it) on the named hosts; with aa_control, each baseline twice."""
+    strats, tks = select(manifest, strategies, tasks)
+    if aa_control:
+        ids = {s.id for s in manifest.strategies}
+        for b in [s for s in strats if not s.speculative and s.baseline is None]:
+            twin = aa_twin(b)
+            if twin.id in ids:
+                raise KitError(f"--aa-control: the manifest already has a strategy {twin.id!r}")
+            strats.insert(strats.index(b) + 1, twin)
+    runs = runs or manifest.runs
+    if runs < 1:
+        raise KitError(f"--runs: expected at least 1, got {runs}")
+    seed = shuffle_seed if shuffle_seed is not None else random.SystemRandom().randrange(2**31)
+    plan = Plan(strats, tks, runs, seed, hosts)
+    total = len(plan.cells) * runs * len(hosts)
+    if total > MAX_MEASUREMENTS:
+        raise KitError(f"the plan has {total:,} measurements; at most {MAX_MEASUREMENTS:,} (fewer runs or a subset)")
+    plan.add_rounds(1, runs)
+    return plan
+
+
+def model_preflight(manifest: Manifest, models_dir: Path) -> list[str]:
+    """The pre-flight of the model files already present (harness/models/preflight.py); the flavours are those of the
+    pinned source when it has been fetched, else all are assumed (the run checks against the image)."""
+    def facts_of(key: str):
+        p = manifest.models[key].local_path(models_dir)
+        return gguf_facts.read_facts(p) if p.is_file() else None
+
+    tree = source.cached_tree(manifest)
+    supported = preflight.supported_flavours(tree) if tree is not None else None
+    return preflight.check_strategies(manifest.strategies, facts_of, supported)
+
+
+def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
+    """`invoke validate`: the manifest's plan in a few lines; with strict, every unpinned field is a problem."""
+    problems = check_model_files(manifest, models_dir)
+    problems += model_preflight(manifest, models_dir) if not problems else []
+    if strict:
+        problems += unpinned(manifest)
+    if problems:
+        raise KitError(problems[0] if len(problems) == 1 else
+                       f"{len(problems)} problems:\n  " + "\n  ".join(problems))
+    plan = make_plan(manifest, ["local"], shuffle_seed=0)
+    hw = manifest.hardware
+    lines = [f"{display_path(manifest.path)}: valid (manifest {manifest.name}, sha256 {manifest.sha256[:12]})",
+             f"plan: {plan.describe()}, one fresh container each",
+             f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
+             f"build: {manifest.build.backend}"
+             + (f", CUDA arch {manifest.build.cuda_architectures}" if manifest.build.backend == "cuda" else "")
+             + f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
+             "strategies:"]
+    untrusted = [f for f, _, _ in untrusted_fields(manifest)]
+    if untrusted:
+        lines.insert(-1, f"trust: {', '.join(untrusted)} need --trust-source to build or run (harness/intake/trust.py)")
+    for s in manifest.strategies:
+        extra = (f" draft={s.draft}" if s.draft else "") + (f" model={s.model}" if s.model != "target" else "")
+        base = manifest.baseline_for(s)
+        vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
+        args = f" {' '.join(s.args)}" if s.args else ""
+        lines.append(f"  {s.id:14} --spec-type {s.spec_type}{extra}{args}{vs}")
+    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", {len(t.prompts)} prompts)"
+                                                                   if len(t.prompts) > 1 else ")")
+                                       for t in manifest.tasks))
+    lines.append("models:")
+    for m in manifest.models.values():
+        p = m.local_path(models_dir)
+        if p.is_file():
+            state = f"{size(p.stat().st_size)} present"
+        elif m.size_bytes:
+            state = f"{size(m.size_bytes)}, not downloaded yet"
+        else:
+            state = "not present yet"
+        origin = (f"hf {m.hf.repo}/{m.hf.file}" if m.hf else f"generated ({m.generate.kind})" if m.generate
+                  else f"pypi {m.pypi.package}=={m.pypi.version}" if m.pypi
+                  else f"first {m.derive.layer_skip} blocks of {m.derive.parent}" if m.derive else "local file")
+        pin = f"sha256 {m.sha256[:12]}" if m.sha256 else "sha256 unpinned"
+        lines.append(f"  {m.key:10} {m.file} [{origin}] {state}, {pin}")
+    if strict:
+        lines.append("strict: every field that decides the numbers is pinned")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""How a measurement is made: the fresh-container protocol (the kit's), and the naive reuse-server protocol (on
+purpose, labelled as such). Both build their records with the same functions, so a record means the same thing
+whichever protocol made it; they differ only in which server a request goes to."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.files import now_iso
+from harness.hosts import environment
+from harness.hosts.engine import Engine
+from harness.run import interference, serverlog
+from harness.run.client import MeasurementFailed, run_request
+from harness.run.plan import Planned
+from harness.run.server import Server, labels_for
+from harness.schema import FORMAT_VERSIONS
+
+Emit = Callable[[dict[str, Any]], None]
+#: Log lines read after a request for the server's own statistics (printed at its end).
+SERVER_LOG_LINES = 200
+
+
+@dataclass
+class Context:
+    """What every measurement of a run shares."""
+
+    run_id: str
+    manifest: Any  # harness.intake.manifest.Manifest
+    image: str
+    backend: str
+    paths_by_host: dict[str, dict[str, Path]]
+    on_warning: Callable[[Engine, dict[str, str]], None]
+
+
+# ---------------------------------------------------------------- the record
+
+
+def new_record(ctx: Context, item: Planned, protocol: str) -> dict[str, Any]:
+    """The identity of a measurement: which cell, which run, where, how."""
+    s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    return {"format_version": FORMAT_VERSIONS["result"], "run_id": ctx.run_id, "measurement_id": item.measurement_id,
+            "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": t.id, "prompt": p.id,
+            "run_index": item.run_index, "round": item.round, "order": 0, "host": item.host, "protocol": protocol,
+            "started_at": now_iso(), "status": "ok"}
+
+
+def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
+    rec["status"] = "failed"
+    rec["failure"] = {"phase": e.phase, "reason": e.reason, "log_tail": e.log_tail[-4000:]}
+
+
+def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
+    """The timed request against a ready server, its figures into the record (with the interference other work
+    caused during it); a failure says whether the server died, with its log tail."""
+    s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    try:
+        rec.update(run_request(ctx.manifest, t, server.endpoint, p.text(), with_probs=not s.speculative
+                               and s.parallel == 1, parallel=s.parallel,
+                               window=lambda: interference.around(engine, server.container)))
+    except MeasurementFailed as e:
+        f = server.check_alive(e.reason)
+        raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
+
+
+def server_statistics(server: Server) -> dict[str, Any]:
+    """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
+    statistics and the speculative implementations it added with their parameters."""
+    parsed = serverlog.parse(server.log(tail=SERVER_LOG_LINES))
+    return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+
+
+def quiet(ctx: Context, engine: Engine) -> dict[str, Any]:
+    q = environment.quiet_check(engine, ctx.run_id)
+    for w in q["warnings"]:
+        ctx.on_warning(engine, w)
+    return q
+
+
+# ---------------------------------------------------------------- the protocols
+
+
+class FreshContainer:
+    """One new container per measurement: start, /health, one request, remove."""
+
+    name = "fresh-container"
+
+    def run(self, ctx: Context, engine: Engine, items: list[Planned], emit: Emit, stop: threading.Event) -> None:
+        for item in items:
+            if stop.is_set():
+                return
+            emit(self.measure(ctx, engine, item))
+
+    def measure(self, ctx: Context, engine: Engine, item: Planned) -> dict[str, Any]:
+        """One measurement in its own container; failures come back as status 'failed'."""
+        t0 = time.monotonic()
+        s, t = item.cell.strategy, item.cell.task
+        rec = new_record(ctx, item, self.name)
+        rec["quiet"] = quiet(ctx, engine)
+        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.backend,
+                        labels_for(ctx.run_id, s, t, item.run_index))
+        rec["server_command"] = server.spec.command
+        try:
+            with server:
+                rec["container_id"] = server.container.id
+                t_ready = time.monotonic()
+                request_into(rec, ctx, engine, server, item)
+                t_done = time.monotonic()
+                rec["memory_peak_bytes"] = engine.memory_peak(server.container)
+                rec["server_log"] = server_statistics(server)
+                rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
+                                 "request_s": rec["client"]["request_s"],
+                                 "probs_s": round(t_done - t_ready - rec["client"]["request_s"], 6)}
+        except MeasurementFailed as e:
+            set_failure(rec, e)
+            if server.container is not None:
+                rec.setdefault("container_id", server.container.id)
+        rec["wall_s"] = round(time.monotonic() - t0, 6)
+        if rec["status"] == "ok":
+            tm = rec["timing"]
+            tm["stop_s"] = round(server.stop_s, 6)
+            # What the kit itself adds: bookkeeping, the memory read, the HTTP client; not Docker's start/stop.
+            tm["overhead_s"] = round(rec["wall_s"] - tm["container_start_s"] - tm["load_s"] - tm["request_s"]
+                                     - tm["probs_s"] - tm["stop_s"], 6)
+        return rec
+
+
+class ReuseServer:
+    """The naive protocol: one server per (host, strategy), every run of every task sent to it in round order."""
+
+    name = "reuse-server"
+
+    def run(self, ctx: Context, engine: Engine, items: list[Planned], emit: Emit, stop: threading.Event) -> None:
+        groups: dict[str, list[Planned]] = {}
+        for item in items:  # already in round order: the plan is built round by round
+            groups.setdefault(item.cell.strategy.id, []).append(item)
+        for group in groups.values():
+            if stop.is_set():
+                return
+            self._group(ctx, engine, group, emit, stop)
+
+    def _group(self, ctx: Context, engine: Engine, group: list[Planned], emit: Emit, stop: threading.Event) -> None:
+        strategy = group[0].cell.strategy
+        server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image, ctx.backend,
+                        labels_for(ctx.run_id, strategy, None, None))
+        emitted = 0
+        try:
+            with server:
+                for item in group:
+                    if stop.is_set():
+                        return
+                    t0 = time.monotonic()
+                    rec = new_record(ctx, item, self.name)
+                    rec.update(quiet=quiet(ctx, engine), container_id=server.container.id,
+                               server_command=server.spec.command)
+                    try:
+                        request_into(rec, ctx, engine, server, item)
+                        rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
+                                         "request_s": rec["client"]["request_s"]}
+                        rec["server_log"] = server_statistics(server)
+                    except MeasurementFailed as e:
+                        set_failure(rec, e)
+                    rec["wall_s"] = round(time.monotonic() - t0, 6)
+                    emit(rec)
+                    emitted += 1
+        except MeasurementFailed as e:  # the server did not start: every measurement of the group fails with it
+            for item in group[emitted:]:
+                rec = new_record(ctx, item, self.name)
+                rec["wall_s"] = 0.0
+                set_failure(rec, e)
+                emit(rec)
+
+
+PROTOCOLS = {p.name: p for p in (FreshContainer, ReuseServer)}

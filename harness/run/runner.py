@@ -1,0 +1,221 @@
+"""`invoke run`: manifest, models, image, engines, plan, run folder, executor, in that order.
+
+Each round runs every cell once, in an order shuffled with a recorded seed, so slow drift of the machine does not
+land on one strategy. `reuse_server` runs the naive protocol on purpose (one server per strategy)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+
+from harness import LABEL_PREFIX, KitError
+from harness.analysis import stats
+from harness.hosts import environment
+from harness.hosts.engine import Engine, LocalEngine
+from harness.image import build, images
+from harness.intake import manifest as mf
+from harness.intake import trust
+from harness.models import ensure as models
+from harness.models import gguf_facts, preflight
+from harness.run import bandwidth as probe
+from harness.run import metadata
+from harness.run.doctor import require_ready
+from harness.run.executor import Executor
+from harness.run.plan import Plan, make_plan
+from harness.run.protocol import PROTOCOLS, Context
+from harness.store import runmeta
+from harness.store.rundir import RunDir, new_run_id
+
+#: Round cap of `invoke run --until` when --max-rounds is not given.
+DEFAULT_MAX_ROUNDS = 20
+
+
+def _resume(results_dir: Path, resume: str, manifest_path: Path) -> tuple[RunDir, runmeta.RunMeta, mf.Manifest]:
+    rd = RunDir.open(Path(resume) if Path(resume).is_dir() else Path(results_dir) / resume)
+    meta = rd.read_meta()
+    manifest = mf.load(manifest_path)
+    if manifest.sha256 != meta.manifest["sha256"]:
+        raise KitError(f"{manifest_path} changed since run {rd.run_id} started (sha256 {manifest.sha256[:12]} vs "
+                       f"{meta.manifest['sha256'][:12]}); resume with the same manifest")
+    return rd, meta, manifest
+
+
+def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
+           log: Callable[[str], None], trust_source: bool = False) -> dict[str, Any]:
+    """The build record of the manifest's image, found on every engine by its identity (harness/image/images.py);
+    built where it is missing unless `build_missing` is off."""
+    records: dict[str, dict[str, Any]] = {}
+    for e in engines:
+        rec = images.record(e.client, manifest, host=e.name)
+        if rec is None:
+            flag = "" if e.name == "local" else f" --host {e.name}"
+            if not build_missing:
+                raise KitError(f"no image of manifest {manifest.name}'s build (source, flags, backend) on {e.name}; "
+                               f"run `invoke build --manifest {manifest.path}{flag}`, or drop --no-build")
+            log(f"{e.name}: no image of this build yet; building it now, as `invoke build{flag}` would "
+                "(minutes the first time)")
+            rec = build.build(e, manifest, host=e.name, log=log, trust_source=trust_source)
+        records[e.name] = rec
+    tags = {r["tag"] for r in records.values()}
+    if len(tags) > 1:
+        which = ", ".join(f"{h}: {r['tag']}" for h, r in records.items())
+        raise KitError(f"the hosts need different images ({which}; their architectures differ): run each host in "
+                       "a run of its own")
+    return next(iter(records.values()))
+
+
+def check_image(engines: list[Engine], record: dict[str, Any], log: Callable[[str], None]) -> None:
+    for e in engines:
+        try:
+            img = e.client.images.get(record["tag"])
+        except docker.errors.ImageNotFound:
+            raise KitError(f"image {record['tag']} is not on {e.name}; run `invoke build` first") from None
+        if img.id != record["image_id"]:
+            log(f"note: {e.name} has {record['tag']} as {img.id[:19]}, the build record says "
+                f"{record['image_id'][:19]}; recording the engine's")
+
+
+def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] | None:
+    measured = [p for p in (probe.latest(manifest.name, e.name) for e in engines) if p]
+    if not measured:
+        return None
+    m = measured[0]
+    return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"]}
+
+
+def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str | None = None,
+        run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
+        runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
+        engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
+        max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False,
+        build_missing: bool = True) -> str:
+    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
+
+    The image is found on each engine by its identity; where it is missing it is built first, unless
+    `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
+    interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
+    have run. The image runs code from the manifest's source: one that is not the official llama.cpp source on the
+    kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
+    meta = None
+    if until is not None and not 0 < until < 1:
+        raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
+    if resume:
+        rd, meta, manifest = _resume(results_dir, resume, manifest_path)
+        reuse_server = meta.protocol == "reuse-server"
+        p = meta.plan
+        own = {s.id for s in manifest.strategies}  # an A/A twin is re-made by aa_control
+        strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
+        until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
+        record = meta.build
+    else:
+        manifest = mf.load(manifest_path)
+    trust.require_trusted(manifest, trust_source)  # before any engine is reached
+    engines = engines or [LocalEngine()]
+    if meta is None:
+        record = _image(manifest, engines, build_missing, log, trust_source)
+    plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
+                     shuffle_seed=seed, aa_control=aa_control)
+    # only the models this plan measures with: `--strategy baseline` needs no drafter
+    model_paths = models.ensure(manifest, models_dir, download=True, log=log,
+                                 strategies=[s.id for s in plan.strategies])
+    for e in engines:
+        require_ready(e, manifest, models_dir)
+    if until is not None:
+        max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
+        if max_rounds < plan.runs:
+            raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
+    check_image(engines, record, log)
+    paths_by_host = {e.name: e.place_models(model_paths, log) for e in engines}
+    check_model_files(plan, engines, paths_by_host, record)
+    protocol = PROTOCOLS["reuse-server" if reuse_server else "fresh-container"]()
+    if meta is None:
+        rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
+        meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
+                               {e.name: environment.facts(e, record["tag"]) for e in engines},
+                               _bandwidth(manifest, engines), until, max_rounds, aa_control)
+        rd.write_meta(meta)
+        build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
+    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress)
+
+
+def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
+    """The drafter flavours the image's llama.cpp knows (its label, read from the source at build time), or
+    None when the image predates the label."""
+    try:
+        label = engine.client.images.get(record["tag"]).labels.get(f"{LABEL_PREFIX}.spec-flavours")
+    except docker.errors.DockerException:
+        label = None
+    return None if label is None else {f for f in label.split(",") if f}
+
+
+def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str, dict[str, Path]],
+                      record: dict[str, Any]) -> None:
+    """The pre-flight of model files on every host, before any container starts: each strategy's files read from
+    their GGUF headers (over the host's connection, not whole) against its spec type and the image's flavours."""
+    for e in engines:
+        paths = paths_by_host[e.name]
+        cache: dict[str, Any] = {}
+
+        def facts_of(key: str, e: Engine = e, paths: dict[str, Path] = paths, cache: dict = cache):
+            if key not in cache:
+                where = f"{e.name}:{paths[key]}" if e.name != "local" else str(paths[key])
+                cache[key] = gguf_facts.facts_from_reader(lambda n: e.read_head(paths[key], n), where)
+            return cache[key]
+
+        problems = preflight.check_strategies(plan.strategies, facts_of, image_flavours(e, record))
+        if problems:
+            head = f"{e.name}: the model files do not fit their strategies (no container was started)"
+            raise KitError(head + (": " + problems[0] if len(problems) == 1 else
+                                   f"; {len(problems)} problems:\n  " + "\n  ".join(problems)))
+
+
+def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
+             record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
+             progress: bool) -> str:
+    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None)
+    proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
+        else "one fresh container each"
+    log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
+    executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress)
+    meta = rd.read_meta()
+    for extra in meta.plan.extra_rounds:  # rounds an interrupted --until run had already decided on
+        plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
+    try:
+        counts = executor.execute(plan.items)
+        if meta.plan.until is not None:
+            _until(plan, executor, rd, counts, log)
+    except KeyboardInterrupt:
+        raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
+                       f"resume with `invoke run --resume {rd.run_id}`") from None
+    return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
+            + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
+            + f"; results in {rd.path}")
+
+
+def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
+    """Add rounds of the cells whose speedup interval is still wider than the target (and their baselines), one
+    round at a time, until every cell has converged or the round cap is reached; name the cells that did not."""
+    meta = rd.read_meta()
+    target, cap = meta.plan.until, meta.plan.max_rounds or DEFAULT_MAX_ROUNDS
+    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+    while True:
+        conv = stats.convergence(rd.measurements(), baselines, target)
+        last = max((i.round for i in plan.items), default=0)
+        if conv.done:
+            log(f"until ±{target:.0%}: every cell converged after {last} rounds")
+            return
+        if last >= cap:
+            open_cells = ", ".join(f"{c.strategy}/{c.task}" + (f" ±{c.half_width:.0%}" if c.half_width is not None
+                                                                else "") for c in conv.cells if not c.converged)
+            log(f"until ±{target:.0%}: {len(conv.pending)} cell(s) did not converge in {cap} rounds: {open_cells}")
+            return
+        cells = [list(k) for k in conv.to_run]
+        meta.plan.extra_rounds.append({"round": last + 1, "cells": cells})
+        rd.update_meta(plan=meta.plan)
+        log(f"until ±{target:.0%}: round {last + 1} for {len(conv.pending)} cell(s) not converged yet")
+        more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
+        for k in ("ok", "failed"):
+            counts[k] += more[k]

@@ -1,0 +1,162 @@
+"""One llama-server container: its command line, its start, its readiness, its removal."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import LABEL_PREFIX, KitError
+from harness.hosts.engine import Endpoint, Engine, Mount
+from harness.intake import flags
+from harness.intake.manifest import Manifest, Strategy, Task
+from harness.run import serverlog
+from harness.run.client import MeasurementFailed, get_status
+
+MODELS_MOUNT = "/models"
+HEALTH_POLL_S = 0.02
+LOG_TAIL_LINES = 40
+#: After a failed request, how long to wait for a dying container to be reported exited.
+EXIT_GRACE_S = 2.0
+
+
+@dataclass
+class ServerSpec:
+    """What one server container runs: the image, the strategy's command line and the model files."""
+
+    image: str
+    command: list[str]
+    mounts: list[Mount]
+    gpu: bool
+
+
+def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path], port: int) -> list[str]:
+    """The llama-server command line for a strategy (on its own target), bound to 127.0.0.1:port."""
+    cmd = ["llama-server", "-m", f"{MODELS_MOUNT}/{strategy.model}/{model_paths[strategy.model].name}"]
+    if strategy.draft:
+        cmd += ["-md", f"{MODELS_MOUNT}/{strategy.draft}/{model_paths[strategy.draft].name}"]
+    cmd += ["--spec-type", strategy.spec_type]
+    common = flags.canonical(manifest.server_args)
+    if strategy.parallel > 1:
+        # The strategy's slot count replaces the manifest's --parallel.
+        common = flags.remove(common, ("--parallel", "-np")) + ["--parallel", str(strategy.parallel)]
+    cmd += common + flags.canonical(strategy.args)
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    return cmd
+
+
+def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path], image: str, port: int,
+                backend: str) -> ServerSpec:
+    # Each model file is mounted read-only on its own, so models may live anywhere on the host.
+    mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
+    return ServerSpec(image, server_command(manifest, strategy, model_paths, port), mounts, backend == "cuda")
+
+
+def labels_for(run_id: str, strategy: Strategy, task: Task | None, run_index: int | None) -> dict[str, str]:
+    """Container labels: `invoke clean` finds a run's leftovers by them."""
+    labels = {f"{LABEL_PREFIX}.run": run_id, f"{LABEL_PREFIX}.strategy": strategy.id}
+    if task is not None:
+        labels[f"{LABEL_PREFIX}.task"] = task.id
+    if run_index is not None:
+        labels[f"{LABEL_PREFIX}.run-index"] = str(run_index)
+    return labels
+
+
+def wait_ready(engine: Engine, container, endpoint: Endpoint, timeout_s: float) -> float:
+    """Poll /health until 200; return seconds waited. Fails early with the log tail if the container exits."""
+    start = time.monotonic()
+    next_status_check = start
+    while True:
+        now = time.monotonic()
+        try:
+            status, _ = get_status(endpoint, "/health", timeout=1.0)
+            if status == 200:
+                return time.monotonic() - start
+        except (TimeoutError, ConnectionError, http.client.HTTPException, OSError, *engine.transient_errors):
+            pass
+        if now >= next_status_check:
+            state = engine.status(container)
+            if state in ("exited", "dead", "removed"):
+                code = engine.exit_code(container)
+                tail = engine.logs(container, LOG_TAIL_LINES)
+                raise MeasurementFailed(f"server exited during load (exit code {code}): {last_error_line(tail)}",
+                                        tail, "load")
+            next_status_check = now + 0.25
+        if now - start > timeout_s:
+            raise MeasurementFailed(f"server not ready after {timeout_s:.0f} s", engine.logs(container, LOG_TAIL_LINES),
+                                    "load")
+        time.sleep(HEALTH_POLL_S)
+
+
+def last_error_line(log: str) -> str:
+    """The telling part of a server log: the abort or load error that explains it (harness/run/serverlog.py), else
+    its first and last error lines (llama.cpp marks them ' E '), else the last line that mentions an error,
+    else the last line."""
+    reason, detail = serverlog.failure(log.splitlines())
+    if reason:
+        return (f"{reason} ({detail})" if detail else reason)[:400]
+    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    marked = [ln for ln in lines if " E " in f" {ln} "[:40]]
+    if marked:
+        first, last = marked[0][:200], marked[-1][:200]
+        return first if first == last else f"{first} ... {last}"
+    for ln in reversed(lines):
+        low = ln.lower()
+        if "error" in low or "failed" in low or "abort" in low:
+            return ln[:300]
+    return lines[-1][:300] if lines else "(no log output)"
+
+
+class Server:
+    """A llama-server container for one strategy, started, readied and always removed (use as a context)."""
+
+    def __init__(self, engine: Engine, manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path],
+                 image: str, backend: str, labels: dict[str, str]):
+        self.engine = engine
+        self.manifest = manifest
+        self.strategy = strategy
+        self.port = engine.free_port()
+        self.spec = server_spec(manifest, strategy, model_paths, image, self.port, backend)
+        self.labels = labels
+        self.container = None
+        self.endpoint: Endpoint | None = None
+        self.start_s = 0.0
+        self.load_s = 0.0
+        self.stop_s = 0.0
+
+    def __enter__(self) -> Server:
+        t0 = time.monotonic()
+        try:
+            self.container = self.engine.start_server(self.spec.image, self.spec.command, self.spec.mounts,
+                                                      self.labels, self.spec.gpu)
+        except KitError as e:
+            raise MeasurementFailed(str(e), phase="start") from None
+        t1 = time.monotonic()
+        self.start_s = t1 - t0
+        self.endpoint = self.engine.endpoint(self.port)
+        self.load_s = wait_ready(self.engine, self.container, self.endpoint, self.manifest.load_timeout_s)
+        return self
+
+    def log(self, tail: int = LOG_TAIL_LINES) -> str:
+        return self.engine.logs(self.container, tail) if self.container is not None else ""
+
+    def check_alive(self, reason: str) -> MeasurementFailed:
+        """Turn a request failure into one that says whether the server died, with its log tail."""
+        state = self.engine.status(self.container) if self.container else "removed"
+        deadline = time.monotonic() + EXIT_GRACE_S
+        while state == "running" and time.monotonic() < deadline:  # a killed server takes a moment to be "exited"
+            time.sleep(0.1)
+            state = self.engine.status(self.container)
+        tail = self.log()
+        if state in ("exited", "dead", "removed"):
+            why = serverlog.failure(tail.splitlines())[0]
+            reason = f"server container {state} during the request: {why or reason}"
+        return MeasurementFailed(reason, tail)
+
+    def __exit__(self, *exc: Any) -> None:
+        t0 = time.monotonic()
+        if self.container is not None:
+            self.engine.remove(self.container)
+        self.stop_s = time.monotonic() - t0

@@ -1,0 +1,4 @@
+"""The kit's files on disk: a run folder (run.json + measurements.jsonl, appended and fsynced), the typed reader of
+run.json with the upgrades of older formats, and archives from elsewhere extracted without trusting them.
+
+Imports: the foundation, harness.intake. Nothing here measures or judges."""

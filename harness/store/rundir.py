@@ -1,0 +1,164 @@
+"""The run folder, the kit's file format: results/<run-id>/run.json + measurements.jsonl (one JSON object a line).
+
+Every measurement is validated against schemas/result.schema.json, appended, flushed and fsynced before the
+next one starts, so an interrupted run loses nothing it finished. A run folder may come from someone else (a
+bundle): reading it is bounded and every problem is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness import KitError, schema
+from harness.files import atomic_write_text
+from harness.store.runmeta import RunMeta
+
+RUN_FILE = "run.json"
+MEASUREMENTS_FILE = "measurements.jsonl"
+#: A run writes a few kB per measurement; refuse to start where even this much is not free.
+MIN_FREE_BYTES = 16 << 20
+MAX_RUN_FILE_BYTES = 16 << 20
+MAX_MEASUREMENTS_BYTES = 1 << 30
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def new_run_id(manifest_name: str) -> str:
+    return f"{manifest_name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+
+
+class RunDir:
+    """One run's folder. Long by design: creating, run.json and measurements.jsonl, each a few short methods."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        #: Set by measurements() when the last line was cut short (a crash mid-write): that measurement is lost.
+        self.torn_last_line = False
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def measurements_file(self) -> Path:
+        return self.path / MEASUREMENTS_FILE
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # -- creating
+    @classmethod
+    def create(cls, results_dir: Path, run_id: str) -> RunDir:
+        if not RUN_ID.fullmatch(run_id):
+            raise KitError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
+        results_dir = Path(results_dir)
+        try:
+            results_dir.mkdir(parents=True, exist_ok=True)
+            probe = results_dir / f".write-test-{os.getpid()}"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise KitError(f"results folder {results_dir} is not writable: {e.strerror or e}") from None
+        free = shutil.disk_usage(results_dir).free
+        if free < MIN_FREE_BYTES:
+            raise KitError(f"results folder {results_dir} has {free / 1024:,.0f} kB free; a run needs at least "
+                           f"{MIN_FREE_BYTES >> 20} MB: free some space or pass --results elsewhere")
+        path = results_dir / run_id
+        if path.exists():
+            raise KitError(f"{path} exists already; resume it with `invoke run --resume {run_id}` or pick another id")
+        path.mkdir()
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        """An existing run folder, or one line saying why it is not one."""
+        path = Path(path)
+        if not path.is_dir():
+            raise KitError(f"{path}: no such run folder")
+        if not (path / RUN_FILE).is_file():
+            raise KitError(f"{path}: not a run folder (no {RUN_FILE})")
+        return cls(path)
+
+    # -- run.json
+    def write_meta(self, meta: RunMeta) -> None:
+        obj = meta.to_json()
+        schema.check("run", obj, str(self.run_file))
+        atomic_write_text(self.run_file, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+    def read_meta(self) -> RunMeta:
+        where = str(self.run_file)
+        try:
+            if self.run_file.stat().st_size > MAX_RUN_FILE_BYTES:
+                raise KitError(f"{where}: larger than {MAX_RUN_FILE_BYTES >> 20} MB; not a run.json")
+            obj = json.loads(self.run_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise KitError(f"{where}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        except UnicodeDecodeError:
+            raise KitError(f"{where}: not UTF-8 text") from None
+        except OSError as e:
+            raise KitError(f"{where}: cannot read: {e.strerror or e}") from None
+        except RecursionError:
+            raise KitError(f"{where}: nested too deeply") from None
+        return RunMeta.from_json(obj, where)
+
+    def update_meta(self, **changes: Any) -> RunMeta:
+        meta = self.read_meta()
+        for k, v in changes.items():
+            setattr(meta, k, v)
+        meta.updated_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.write_meta(meta)
+        return meta
+
+    # -- measurements.jsonl
+    def append(self, record: dict[str, Any]) -> None:
+        """Validate one measurement and append it durably."""
+        schema.check("result", record, f"{self.measurements_file} (new record {record.get('measurement_id')})")
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            # O_NOFOLLOW: a link planted in a run folder from elsewhere is never written through
+            fd = os.open(self.measurements_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            raise KitError(f"{self.measurements_file}: cannot append: {e.strerror or e}") from None
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def measurements(self) -> list[dict[str, Any]]:
+        """All records in the current format; a torn last line (a crash mid-write) is skipped and noted in
+        `torn_last_line`, any other bad line is an error naming it."""
+        self.torn_last_line = False
+        if not self.measurements_file.exists():
+            return []
+        f = self.measurements_file
+        if not f.is_file():  # a FIFO or /dev/zero would be read forever
+            raise KitError(f"{f}: not a regular file")
+        if f.stat().st_size > MAX_MEASUREMENTS_BYTES:
+            raise KitError(f"{f}: larger than {MAX_MEASUREMENTS_BYTES >> 30} GB")
+        try:
+            lines = f.read_text(encoding="utf-8").split("\n")
+        except UnicodeDecodeError as e:
+            raise KitError(f"{f}: not UTF-8 text (byte {e.start})") from None
+        records = []
+        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as e:
+                if i == last and not lines[i].endswith("}"):
+                    self.torn_last_line = True
+                    continue
+                raise KitError(f"{f}: line {i + 1}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
+                    from None
+            records.append(schema.read("result", rec, f"{f}: line {i + 1}"))
+        return records
+
+    def done_ids(self) -> set[str]:
+        return {r["measurement_id"] for r in self.measurements()}

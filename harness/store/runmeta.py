@@ -1,0 +1,196 @@
+"""run.json: what a run measured and how, written once at the start (typed, normalised from the manifest) and
+read back by the stages after the run (summary, report, bundle, compare), which never parse the manifest again.
+
+Format 1 (before strategies and tasks were normalised into run.json) is upgraded on read from the manifest text
+it carries."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from harness import KitError, schema
+from harness.intake.bounded_yaml import parse_yaml
+
+
+@dataclass(frozen=True)
+class StrategyMeta:
+    id: str
+    spec_type: str
+    draft: str | None
+    model: str
+    baseline: str | None  # the strategy this one's speedup is against (resolved), None for a baseline itself
+    args: tuple[str, ...] = ()
+    label: str | None = None
+    parallel: int = 1
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec_type != "none"
+
+
+@dataclass(frozen=True)
+class PromptMeta:
+    id: str
+    file: str  # relative to the manifest's folder
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TaskMeta:
+    id: str
+    n_predict: int
+    prompts: tuple[PromptMeta, ...]
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class PlanMeta:
+    strategies: list[str]
+    tasks: list[str]
+    runs: int
+    shuffle_seed: int
+    hosts: list[str]
+    measurements: int
+    aa_control: bool = False
+    until: float | None = None  # target relative half-width of every speedup interval (invoke run --until)
+    max_rounds: int | None = None
+    #: Rounds added by --until beyond `runs`, each with the cells it runs ([host, strategy, task]), in order.
+    extra_rounds: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunMeta:
+    run_id: str
+    created_at: str
+    status: str
+    protocol: str
+    kit_version: str
+    manifest: dict[str, Any]  # name, path, sha256, text
+    hardware: dict[str, Any]
+    sampling: dict[str, Any]
+    endpoint: str
+    strategies: list[StrategyMeta]
+    tasks: list[TaskMeta]
+    models: dict[str, dict[str, Any]]
+    build: dict[str, Any]
+    environment: dict[str, dict[str, Any]]
+    plan: PlanMeta
+    bandwidth: dict[str, Any] | None = None
+    interruptions: list[dict[str, Any]] = field(default_factory=list)
+    updated_at: str | None = None
+    format_version: int = schema.FORMAT_VERSIONS["run"]
+
+    # -- lookups
+    def strategy(self, sid: str) -> StrategyMeta:
+        return next(s for s in self.strategies if s.id == sid)
+
+    def task(self, tid: str) -> TaskMeta:
+        return next(t for t in self.tasks if t.id == tid)
+
+    def planned_strategies(self) -> list[StrategyMeta]:
+        return [self.strategy(s) for s in self.plan.strategies]
+
+    def planned_tasks(self) -> list[TaskMeta]:
+        return [self.task(t) for t in self.plan.tasks]
+
+    def baselines(self) -> list[str]:
+        """Ids of the planned strategies that are a baseline (no speculation)."""
+        return [s.id for s in self.planned_strategies() if not s.speculative]
+
+    # -- the file
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for s in out["strategies"]:
+            s["args"] = list(s["args"])
+        for t in out["tasks"]:
+            t["prompts"] = list(t["prompts"])
+        order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
+        return {k: out[k] for k in order if out[k] is not None} | {k: v for k, v in out.items() if k not in order}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], where: str) -> RunMeta:
+        obj = schema.read("run", obj, where)
+        check_references(obj, where)
+        return cls(
+            run_id=obj["run_id"], created_at=obj["created_at"], status=obj["status"], protocol=obj["protocol"],
+            kit_version=obj.get("kit_version", "?"), manifest=obj["manifest"], hardware=obj["hardware"],
+            sampling=obj.get("sampling", {}), endpoint=obj.get("endpoint", "completion"),
+            strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ()))}) for s in obj["strategies"]],
+            tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
+                            bool(t.get("probe", False))) for t in obj["tasks"]],
+            models=obj["models"], build=obj["build"], environment=obj["environment"],
+            plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
+                          measurements=obj["plan"].get("measurements", 0),
+                          aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
+                          max_rounds=obj["plan"].get("max_rounds"),
+                          extra_rounds=obj["plan"].get("extra_rounds", [])),
+            bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
+            updated_at=obj.get("updated_at"))
+
+
+def check_references(obj: dict[str, Any], where: str) -> None:
+    """What a schema cannot say about a run.json that may come from someone else: every name it uses is one it
+    defines (strategies, tasks, models), and its build record is one. One line on the first problem."""
+    schema.check("build", obj["build"], f"{where}: build")
+    strategies = [s["id"] for s in obj["strategies"]]
+    tasks = [t["id"] for t in obj["tasks"]]
+    for kind, ids in (("strategies", strategies), ("tasks", tasks)):
+        dup = next((x for x in ids if ids.count(x) > 1), None)
+        if dup is not None:
+            raise KitError(f"{where}: {kind}: the id {dup!r} appears twice")
+        unknown = [x for x in obj["plan"][kind] if x not in ids]
+        if unknown:
+            raise KitError(f"{where}: plan.{kind}: {unknown[0]!r} is not one of the run's {kind}")
+    for i, s in enumerate(obj["strategies"]):
+        for key in ("model", "draft"):
+            if s[key] is not None and s[key] not in obj["models"]:
+                raise KitError(f"{where}: strategies[{i}].{key}: {s[key]!r} is not a key of models")
+        if s["baseline"] is not None and s["baseline"] not in strategies:
+            raise KitError(f"{where}: strategies[{i}].baseline: {s['baseline']!r} is not a strategy id")
+
+
+@schema.upgrade("run", 1)
+def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 kept only the manifest's text: normalise strategies, tasks, hardware from it."""
+    obj = copy.deepcopy(obj)
+    raw = parse_yaml(obj["manifest"]["text"], "run.json manifest.text")
+    prompts = obj["manifest"].pop("prompts", {})
+    first_none = next((s["id"] for s in raw["strategies"] if s["spec_type"] == "none"), None)
+    obj["strategies"] = [{"id": s["id"], "spec_type": s["spec_type"], "draft": s.get("draft"), "model": "target",
+                          "baseline": None if s["spec_type"] == "none" else first_none,
+                          "args": list(s.get("args", [])), "label": s.get("label"),
+                          "parallel": int(s.get("parallel", 1))} for s in raw["strategies"]]
+    obj["tasks"] = [{"id": t["id"], "n_predict": t["n_predict"],
+                     "prompts": [{"id": t["id"], "file": PurePosixPath(t["prompt_file"]).as_posix(),
+                                  "sha256": prompts.get(t["id"], t.get("sha256") or "")}]} for t in raw["tasks"]]
+    hw = raw["hardware"]
+    obj["hardware"] = {"name": hw["name"], "memory_bandwidth_gbs": hw["memory_bandwidth_gbs"],
+                       "bandwidth_source": hw["bandwidth_source"], "memory_gb": hw.get("memory_gb")}
+    sp = raw.get("sampling", {})
+    obj["sampling"] = {"temperature": sp.get("temperature", 0.0), "seed": sp.get("seed", 42),
+                       "top_k": sp.get("top_k")}
+    obj["endpoint"] = raw.get("endpoint", "completion")
+    for m in obj.get("models", {}).values():
+        m.setdefault("quantization", None)
+        m.setdefault("source", {})
+        if "path" in m["source"]:
+            m["source"] = {"file": m["file"]}
+    obj["format_version"] = 2
+    return obj
+
+
+@schema.upgrade("result", 1)
+def _result_from_v1(rec: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 records had one prompt per task and one target: name them."""
+    rec = dict(rec)
+    rec.setdefault("model", "target")
+    rec.setdefault("prompt", rec.get("task"))  # a record without a task is named by the schema check
+    if isinstance(rec.get("quiet"), dict):
+        q = dict(rec["quiet"])
+        q["warnings"] = [{"kind": "busy", "sentence": w} if isinstance(w, str) else w for w in q.get("warnings", [])]
+        rec["quiet"] = q
+    rec["format_version"] = 2
+    return rec

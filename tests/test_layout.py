@@ -1,0 +1,81 @@
+"""The package's rooms and the imports each may make (harness/__init__.py draws them): no room imports one above
+it, and no module imports the kit inside a function (an import loop dodged that way is still a loop)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness import ROOT
+
+#: Each room and the rooms it may import (besides the foundation: harness, files, schema, formatter).
+ALLOWED = {
+    "intake": set(),
+    "hosts": set(),
+    "models": {"intake"},
+    "store": {"intake"},
+    "image": {"intake", "models", "store", "hosts"},
+    "analysis": {"intake", "models", "store"},
+    "run": {"intake", "models", "store", "hosts", "image", "analysis"},
+    "share": {"intake", "models", "store", "hosts", "image", "analysis", "run"},
+}
+FOUNDATION = {"files", "schema", "formatter"}
+
+
+def _modules() -> list[Path]:
+    return sorted((ROOT / "harness").rglob("*.py"))
+
+
+def _room(path: Path) -> str:
+    rel = path.relative_to(ROOT / "harness")
+    return rel.parts[0] if len(rel.parts) > 1 else "(root)"
+
+
+def _imported_rooms(node: ast.AST) -> list[tuple[int, str]]:
+    out = []
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        parts = node.module.split(".")
+        if parts[0] == "harness":
+            if len(parts) > 1:
+                out.append((node.lineno, parts[1]))
+            else:  # `from harness import x`: x is a room or a foundation module, or a name of harness/__init__
+                out += [(node.lineno, a.name) for a in node.names if a.name in ALLOWED or a.name in FOUNDATION]
+    elif isinstance(node, ast.Import):
+        out += [(node.lineno, a.name.split(".")[1]) for a in node.names
+                if a.name.startswith("harness.") and len(a.name.split(".")) > 1]
+    return out
+
+
+def test_every_module_is_in_a_room():
+    loose = [p.name for p in (ROOT / "harness").glob("*.py")
+             if p.stem not in FOUNDATION and p.name != "__init__.py"]
+    assert loose == [], f"modules outside any room: {loose}"
+    assert {p.name for p in (ROOT / "harness").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(ALLOWED)
+
+
+def test_no_room_imports_one_it_may_not():
+    bad = []
+    for path in _modules():
+        room = _room(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            for line, target in _imported_rooms(node):
+                if target in FOUNDATION or target == room:
+                    continue
+                if room == "(root)" or target not in ALLOWED[room]:
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports harness.{target}")
+    assert bad == []
+
+
+def test_no_import_of_the_kit_inside_a_function():
+    bad = []
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom | ast.Import) and (
+                        (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"))
+                        or (isinstance(node, ast.Import) and any(a.name.startswith("harness") for a in node.names))):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert bad == []
