@@ -12,13 +12,16 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 import requests.exceptions
 
 import docker
 from harness import LABEL_PREFIX, KitError
+
+if TYPE_CHECKING:  # devices.py builds on this module
+    from harness.hosts.devices import Access
 
 DOCKER_HINT = ("start one: `dockerd --bridge=none --iptables=false &` (as root), or `sudo systemctl start docker`; "
                "or point DOCKER_HOST at a running engine")
@@ -91,11 +94,11 @@ class Engine:
 
     # -- containers
     def start_server(self, image: str, command: list[str], mounts: list[Mount], labels: dict[str, str],
-                     gpu: bool = False, name: str | None = None):
+                     access: Access | None = None, name: str | None = None):
+        """Start a server container with its models mounted read-only and, for a GPU backend, its devices
+        (harness/hosts/devices.py: the same for every container of a run)."""
         volumes = {str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}
-        kwargs: dict[str, Any] = {}
-        if gpu:
-            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        kwargs: dict[str, Any] = access.container_kwargs() if access is not None else {}
         try:
             return self.client.containers.run(image, command, detach=True, network_mode="host", volumes=volumes,
                                               labels=labels, name=name, **kwargs)
@@ -117,7 +120,7 @@ class Engine:
         except Exception:  # noqa: BLE001 - a vanished container has no exit code
             return None
 
-    def logs(self, container, tail: int = 30) -> str:
+    def logs(self, container, tail: int | str = 30) -> str:
         try:
             return container.logs(tail=tail, stdout=True, stderr=True).decode("utf-8", "replace")
         except (docker.errors.APIError, requests.exceptions.RequestException):
