@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
         if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) dev = ggml_backend_dev_get(i);
     }
     if (!dev) {
-        printf("{\"kind\": \"ggml-copy\", \"error\": \"llama.cpp's backends register no GPU device here\"}\n");
+        fprintf(stderr, "probe: llama.cpp's backends register no GPU device here (a software Vulkan device only "
+                        "when GGML_VK_VISIBLE_DEVICES names it)\n");
         return 3;
     }
     ggml_backend_t backend = ggml_backend_dev_init(dev, NULL);

@@ -35,6 +35,8 @@ class Hardware:
     memory_bandwidth_gbs: float
     bandwidth_source: str
     memory_gb: float | None = None
+    #: Measure on a software Vulkan device (Mesa lavapipe) on purpose (harness/hosts/devices.py).
+    software_device: bool = False
 
 
 @dataclass(frozen=True)
@@ -345,7 +347,6 @@ class _Builder:
 
     def build(self, text: str, check_files: bool) -> Manifest:
         raw = self.raw
-        hw = raw["hardware"]
         models = self.models()
         strategies = self.strategies(models)
         server_args = tuple(raw.get("server_args", ()))
@@ -354,9 +355,7 @@ class _Builder:
         timeouts = raw.get("timeouts", {})
         return Manifest(
             path=self.path, name=raw["name"], description=raw.get("description", ""),
-            hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
-                              hw.get("memory_gb")),
-            llama_cpp=self.source(), build=self.build_config(), models=models,
+            hardware=self.hardware(), llama_cpp=self.source(), build=self.build_config(), models=models,
             server_args=server_args,
             sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
             endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
@@ -386,6 +385,15 @@ class _Builder:
         if not any(k in lc for k in ("git", "sdist", "path")):
             raise self.fail("llama_cpp", "expected at least one of git, sdist, path")
         return LlamaCppSource(git, sdist, src_path, ident.get("build_number"), ident.get("commit"), lc.get("prefer"))
+
+    def hardware(self) -> Hardware:
+        hw = self.raw["hardware"]
+        software = bool(hw.get("software_device", False))
+        if software and self.raw["build"]["backend"] != "vulkan":
+            raise self.fail("hardware.software_device", "a software device is a Vulkan one: expected build.backend "
+                            f"vulkan, got {self.raw['build']['backend']!r}")
+        return Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"], hw.get("memory_gb"),
+                        software)
 
     def build_config(self) -> BuildConfig:
         b = self.raw["build"]

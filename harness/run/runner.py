@@ -13,7 +13,7 @@ import docker.errors
 
 from harness import LABEL_PREFIX, KitError
 from harness.analysis import stats
-from harness.hosts import environment
+from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images
 from harness.intake import manifest as mf
@@ -83,7 +83,8 @@ def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] |
     if not measured:
         return None
     m = measured[0]
-    return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"]}
+    return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"],
+            **({"device": m["device"]} if m.get("device") else {})}
 
 
 def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str | None = None,
@@ -128,17 +129,40 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
     check_image(engines, record, log)
+    setups = device_setups(manifest, engines, record)
     paths_by_host = {e.name: e.place_models(model_paths, log) for e in engines}
     check_model_files(plan, engines, paths_by_host, record)
     protocol = PROTOCOLS["reuse-server" if reuse_server else "fresh-container"]()
     if meta is None:
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
-                               {e.name: environment.facts(e, record["tag"]) for e in engines},
+                               {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
-    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress)
+    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress,
+                    {h: s.access for h, s in setups.items()})
+
+
+def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str, Any]) -> dict[str, devices.Setup]:
+    """Each host's devices for the image's backend (harness/hosts/devices.py); a host where no device fits (a
+    Vulkan image that sees only a software device, unless the manifest measures on one) stops the run here."""
+    backend = record["plan"]["backend"]
+    setups = {}
+    for e in engines:
+        s = devices.setup(e, backend, record["tag"], manifest.hardware.software_device)
+        if s.problem:
+            raise KitError(f"{e.name}: {s.problem}")
+        setups[e.name] = s
+    return setups
+
+
+def host_facts(engine: Engine, image: str, setup: devices.Setup) -> dict[str, Any]:
+    """The host's facts (harness/hosts/environment.py) and, for a GPU backend, its devices."""
+    out = environment.facts(engine, image)
+    if setup.access.backend in devices.GPU_BACKENDS:
+        out["devices"] = setup.facts()
+    return out
 
 
 def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
@@ -174,8 +198,9 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
-             progress: bool) -> str:
-    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None)
+             progress: bool, access: dict[str, devices.Access]) -> str:
+    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
+                  access)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")

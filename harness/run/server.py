@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, Mount
 from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
@@ -24,12 +25,12 @@ EXIT_GRACE_S = 2.0
 
 @dataclass
 class ServerSpec:
-    """What one server container runs: the image, the strategy's command line and the model files."""
+    """What one server container runs: the image, the strategy's command line, the model files and the devices."""
 
     image: str
     command: list[str]
     mounts: list[Mount]
-    gpu: bool
+    access: Access
 
 
 def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path], port: int) -> list[str]:
@@ -48,10 +49,11 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
 
 
 def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path], image: str, port: int,
-                backend: str) -> ServerSpec:
+                access: Access) -> ServerSpec:
+    """The container of one strategy: its command line, its model files mounted one by one, its devices."""
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
-    return ServerSpec(image, server_command(manifest, strategy, model_paths, port), mounts, backend == "cuda")
+    return ServerSpec(image, server_command(manifest, strategy, model_paths, port), mounts, access)
 
 
 def labels_for(run_id: str, strategy: Strategy, task: Task | None, run_index: int | None) -> dict[str, str]:
@@ -113,12 +115,12 @@ class Server:
     """A llama-server container for one strategy, started, readied and always removed (use as a context)."""
 
     def __init__(self, engine: Engine, manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path],
-                 image: str, backend: str, labels: dict[str, str]):
+                 image: str, access: Access, labels: dict[str, str]):
         self.engine = engine
         self.manifest = manifest
         self.strategy = strategy
         self.port = engine.free_port()
-        self.spec = server_spec(manifest, strategy, model_paths, image, self.port, backend)
+        self.spec = server_spec(manifest, strategy, model_paths, image, self.port, access)
         self.labels = labels
         self.container = None
         self.endpoint: Endpoint | None = None
@@ -130,7 +132,7 @@ class Server:
         t0 = time.monotonic()
         try:
             self.container = self.engine.start_server(self.spec.image, self.spec.command, self.spec.mounts,
-                                                      self.labels, self.spec.gpu)
+                                                      self.labels, self.spec.access)
         except KitError as e:
             raise MeasurementFailed(str(e), phase="start") from None
         t1 = time.monotonic()
@@ -139,7 +141,8 @@ class Server:
         self.load_s = wait_ready(self.engine, self.container, self.endpoint, self.manifest.load_timeout_s)
         return self
 
-    def log(self, tail: int = LOG_TAIL_LINES) -> str:
+    def log(self, tail: int | str = LOG_TAIL_LINES) -> str:
+        """The container's log, its last `tail` lines ("all": the whole log)."""
         return self.engine.logs(self.container, tail) if self.container is not None else ""
 
     def check_alive(self, reason: str) -> MeasurementFailed:
