@@ -18,12 +18,14 @@ from harness.models import ensure as md
 from harness.models import generate
 
 DEMO = ROOT / "manifests" / "demo-cpu.yaml"
+VULKAN = ROOT / "manifests" / "demo-vulkan.yaml"
 SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
-DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
-IMAGE_FIXTURES = {"demo_image", "demo_run"}
+DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp",
+                   "vulkan_image", "vulkan_run"}
+IMAGE_FIXTURES = {"demo_image", "demo_run", "vulkan_image", "vulkan_run"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -110,6 +112,32 @@ def demo_run(demo_image, models_dir, results_dir) -> Path:
     runner.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)
     return results_dir / "demo-run"
+
+
+@pytest.fixture(scope="session")
+def vulkan_image(docker_client) -> dict:
+    """The real Vulkan image of manifests/demo-vulkan.yaml, built from the pinned sdist on the trixie debootstrap
+    bases (reused when already built: its compile is the longest step of the suite)."""
+
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    return bd.build(docker_client, mf.load(VULKAN), log=log)
+
+
+#: What the CI run of the Vulkan demo measures: the baseline, a drafter type and an n-gram type.
+VULKAN_STRATEGIES = ["baseline", "draft-simple", "ngram-mod"]
+VULKAN_TASKS = ["code-edit", "json-out"]
+
+
+@pytest.fixture(scope="session")
+def vulkan_run(vulkan_image, models_dir, results_dir) -> Path:
+    """A real run of the Vulkan demo on the software device (lavapipe): three strategies, two tasks, 2 runs."""
+    from harness.run import runner
+
+    runner.run(VULKAN, results_dir=results_dir, models_dir=models_dir, run_id="vulkan-run", runs=2, seed=4321,
+               strategies=VULKAN_STRATEGIES, tasks=VULKAN_TASKS, progress=False, log=lambda s: None)
+    return results_dir / "vulkan-run"
 
 
 def _free_port() -> int:

@@ -3,7 +3,9 @@
 - `Access`: what a container of a backend is given on a host. CUDA: a device request the NVIDIA runtime answers.
   Vulkan: the host's render nodes (`/dev/dri`, and `/dev/kfd` where present) with their groups, when the host has
   them (a software device needs none), and `GGML_VK_VISIBLE_DEVICES` when llama.cpp is to use a device it skips by
-  default (a software one). Every container of a run (server, probe, device list) gets the same.
+  default (a software one), and the engine's Mesa shader cache (a named volume: compiled shaders persist between
+  fresh containers as they do on a host's disk; without it every container compiles them again, on lavapipe for a
+  minute or more). Every container of a run (server, probe, device list) gets the same.
 - `Device`: one device as the image sees it (name, driver, memory, unified or not, software or not), from the
   image's Vulkan device list or the host's nvidia-smi, one line each for `invoke doctor` and the run records.
 - `choose`: which device llama.cpp is told to use, or one line saying why none fits.
@@ -30,6 +32,9 @@ VULKAN_NODES = ("/dev/dri", "/dev/kfd")
 #: The environment variable ggml-vulkan reads to pick devices by index (it skips CPU-type devices without it).
 VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"
 DEVICE_LIST = "specbench-vulkan-devices"
+#: The engine's named volume for Mesa's on-disk shader cache (lavapipe, RADV, ANV), and where containers see it.
+SHADER_CACHE_VOLUME = "specbench-mesa-shader-cache"
+SHADER_CACHE_DIR = "/var/cache/specbench-mesa-shaders"
 #: Vulkan driver ids (VkDriverId) of software devices, with the names people know them by.
 SOFTWARE_DRIVERS = {13: "Mesa lavapipe", 10: "SwiftShader"}
 
@@ -43,10 +48,14 @@ class Access:
     nodes: tuple[str, ...] = ()
     groups: tuple[int, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
+    #: named volumes: (volume, path in the container), mounted read-write
+    volumes: tuple[tuple[str, str], ...] = ()
 
     def container_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the Docker SDK's containers.run/create."""
         kw: dict[str, Any] = {}
+        if self.volumes:
+            kw["volumes"] = {v: {"bind": path, "mode": "rw"} for v, path in self.volumes}
         if self.gpu_request:
             kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         if self.nodes:
@@ -63,11 +72,12 @@ class Access:
         env = tuple((k, v) for k, v in self.environment if k != VISIBLE_ENV)
         if index is not None:
             env += ((VISIBLE_ENV, str(index)),)
-        return Access(self.backend, self.gpu_request, self.nodes, self.groups, env)
+        return Access(self.backend, self.gpu_request, self.nodes, self.groups, env, self.volumes)
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "gpu_request": self.gpu_request, "nodes": list(self.nodes),
-                "groups": list(self.groups), "environment": dict(self.environment)}
+                "groups": list(self.groups), "environment": dict(self.environment),
+                "volumes": {v: path for v, path in self.volumes}}
 
     def describe(self) -> str:
         """One line: what the container is given."""
@@ -106,7 +116,9 @@ def access_from_nodes(backend: str, nodes: list[tuple[str, int]]) -> Access:
     paths = [p for p in VULKAN_NODES if any(n == p or n.startswith(p + "/") for n, _ in nodes)]
     # the nodes' groups (render, video): needed where the engine maps the container's root to another user
     groups = tuple(sorted({g for _, g in nodes if g != 0}))
-    return Access("vulkan", nodes=tuple(paths), groups=groups)
+    return Access("vulkan", nodes=tuple(paths), groups=groups,
+                  environment=(("MESA_SHADER_CACHE_DIR", SHADER_CACHE_DIR),),
+                  volumes=((SHADER_CACHE_VOLUME, SHADER_CACHE_DIR),))
 
 
 def access(engine: Engine, backend: str) -> Access:

@@ -97,8 +97,9 @@ class Engine:
                      access: Access | None = None, name: str | None = None):
         """Start a server container with its models mounted read-only and, for a GPU backend, its devices
         (harness/hosts/devices.py: the same for every container of a run)."""
-        volumes = {str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}
         kwargs: dict[str, Any] = access.container_kwargs() if access is not None else {}
+        volumes = {**kwargs.pop("volumes", {}),
+                   **{str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}}
         try:
             return self.client.containers.run(image, command, detach=True, network_mode="host", volumes=volumes,
                                               labels=labels, name=name, **kwargs)

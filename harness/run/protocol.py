@@ -4,6 +4,7 @@ whichever protocol made it; they differ only in which server a request goes to."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -94,6 +95,27 @@ def quiet(ctx: Context, engine: Engine) -> dict[str, Any]:
     for w in q["warnings"]:
         ctx.on_warning(engine, w)
     return q
+
+
+def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task: Any,
+                      log: Callable[[str], None]) -> None:
+    """Vulkan: one short untimed request per strategy, each in a container of its own, before the first
+    measurement on a host, so the driver's shader cache (a volume, harness/hosts/devices.py) holds the pipelines
+    the measurements use. A GPU host's driver keeps that cache on disk between runs; without this the first
+    measurement of each strategy would time shader compiles. Nothing is recorded; a failure here is left for the
+    measurement itself to record."""
+    short = dataclasses.replace(task, n_predict=min(task.n_predict, 32))
+    for s in strategies:
+        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.access_on(engine),
+                        labels_for(ctx.run_id, s, None, None))
+        t0 = time.monotonic()
+        try:
+            with server:
+                run_request(ctx.manifest, short, server.endpoint, task.prompts[0].text(), with_probs=False)
+            log(f"{engine.name}: shader cache warmed for {s.id} ({time.monotonic() - t0:.0f} s, untimed)")
+        except MeasurementFailed as e:
+            log(f"{engine.name}: warming the shader cache for {s.id} failed ({e.reason}); the measurements "
+                "will say why")
 
 
 # ---------------------------------------------------------------- the protocols

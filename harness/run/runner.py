@@ -25,7 +25,7 @@ from harness.run import metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, make_plan
-from harness.run.protocol import PROTOCOLS, Context
+from harness.run.protocol import PROTOCOLS, Context, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
 
@@ -209,6 +209,9 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     for extra in meta.plan.extra_rounds:  # rounds an interrupted --until run had already decided on
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
+        if ctx.backend == "vulkan":
+            for e in engines:
+                warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
         if meta.plan.until is not None:
             _until(plan, executor, rd, counts, log)

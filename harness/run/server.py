@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.hosts.devices import Access
+from harness.hosts.devices import GPU_BACKENDS, Access
 from harness.hosts.engine import Endpoint, Engine, Mount
 from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
@@ -17,6 +17,9 @@ from harness.run import serverlog
 from harness.run.client import MeasurementFailed, get_status
 
 MODELS_MOUNT = "/models"
+#: GPU backends' servers log at trace level: llama.cpp's load lines (the device each model went to, layers
+#: offloaded, device buffers) are there; the extra lines are per request, not per token.
+GPU_LOG_FLAGS = ["-lv", "4"]
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
 #: After a failed request, how long to wait for a dying container to be reported exited.
@@ -53,7 +56,11 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
     """The container of one strategy: its command line, its model files mounted one by one, its devices."""
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
-    return ServerSpec(image, server_command(manifest, strategy, model_paths, port), mounts, access)
+    cmd = server_command(manifest, strategy, model_paths, port)
+    if access.backend in GPU_BACKENDS:
+        at = cmd.index("--host")
+        cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]
+    return ServerSpec(image, cmd, mounts, access)
 
 
 def labels_for(run_id: str, strategy: Strategy, task: Task | None, run_index: int | None) -> dict[str, str]:
