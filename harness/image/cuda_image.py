@@ -12,6 +12,7 @@ import docker.errors
 
 import docker
 from harness import LABEL_PREFIX, KitError
+from harness.hosts.devices import access_from_nodes
 
 #: The driver's library: the NVIDIA container runtime mounts the host's copy; no image carries it.
 DRIVER_LIBRARY = "libcuda.so.1"
@@ -131,9 +132,7 @@ def has_nvidia_runtime(client: docker.DockerClient) -> bool:
 
 
 def _run(client: docker.DockerClient, image: str, command: list[str], gpu: bool) -> tuple[int, str]:
-    kwargs: dict[str, Any] = {}
-    if gpu:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    kwargs: dict[str, Any] = access_from_nodes("cuda", []).container_kwargs() if gpu else {}
     try:
         ctr = client.containers.create(image, command, entrypoint=[], network_mode="none",
                                        labels={f"{LABEL_PREFIX}.role": "cuda-check"}, **kwargs)
