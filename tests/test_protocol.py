@@ -30,7 +30,10 @@ def test_server_command_binds_loopback_and_mounts_only_its_models():
     assert "--spec-draft-n-max" in cmd
     spec = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, Access("cpu"))
     assert [m.container_path for m in spec.mounts] == ["/models/target/tiny-target.gguf"]
-    assert spec.access.container_kwargs() == {}
+    assert spec.access.container_kwargs() == {} and "-lv" not in spec.command
+    # a GPU backend's server logs its load lines (device, layers, buffers), before the kit's own flags
+    gpu = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, Access("vulkan"))
+    assert gpu.command[-7:] == ["-lv", "4", "--host", "127.0.0.1", "--port", "1", "--no-webui"]
 
 
 def test_strategy_on_its_own_target_and_parallel_slots(tmp_path):
