@@ -114,6 +114,8 @@ def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task:
                 run_request(ctx.manifest, short, server.endpoint, task.prompts[0].text(), with_probs=False)
             log(f"{engine.name}: shader cache warmed for {s.id} ({time.monotonic() - t0:.0f} s, untimed)")
         except MeasurementFailed as e:
+            if server.container is not None:  # a server that never got ready is not removed by its `with`
+                engine.remove(server.container)
             log(f"{engine.name}: warming the shader cache for {s.id} failed ({e.reason}); the measurements "
                 "will say why")
 
