@@ -12,6 +12,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from harness import ROOT
 from harness.share import bundle as bu
 
@@ -42,6 +44,15 @@ class Sandbox:
 
     def state(self) -> dict[str, tuple]:
         return tree_state(self.root, self.work)
+
+
+def one_line(e: pytest.ExceptionInfo, *parts: str) -> str:
+    """The error's message, asserted to be one line without a traceback and to hold every part."""
+    msg = str(e.value)
+    assert "\n" not in msg and "Traceback" not in msg, msg
+    for p in parts:
+        assert p in msg, f"{p!r} not in {msg!r}"
+    return msg
 
 
 def member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = "") -> tuple:

