@@ -429,19 +429,16 @@ class _Builder:
         return models
 
     def check_one_file_per_key(self, models: dict[str, ModelFile]) -> None:
-        """Two keys may not name one file: on a host the models folder holds one file of each name, so two keys
-        with one file name would measure one model's bytes as the other's."""
-        seen: dict[str, str] = {}
+        """Two keys may not name one file name: a host's models folder holds one file of each name."""
+        seen: dict[str, ModelFile] = {}
         for key, m in models.items():
-            name = PurePosixPath(m.file).name
-            if name in seen:
-                other = models[seen[name]].file
-                same = f"is models.{seen[name]}.file too" if other == m.file else \
-                    f"and models.{seen[name]}.file {other!r} have one file name {name!r}"
+            o = seen.setdefault(PurePosixPath(m.file).name, m)
+            if o is not m:
+                same = f"is models.{o.key}.file too" if o.file == m.file else \
+                    f"and models.{o.key}.file {o.file!r} have one file name {PurePosixPath(m.file).name!r}"
                 raise self.fail(f"models.{key}.file", f"{m.file!r} {same}; a host's models folder holds one file "
                                 "of each name, so one model would be measured with the other's bytes: give each "
                                 "model a file name of its own")
-            seen[name] = key
 
     def model_path(self, field_path: str, file: str) -> Path | None:
         """A file name in the models folder (None), or a path inside the manifest's folder."""
