@@ -149,7 +149,7 @@ def open_link(index: str, url: str, timeout_s: float, accept: str | None = None)
     if url != index:
         problem = link_problem(index, url)
         if problem:
-            raise urllib.error.URLError(f"{redact_url(url)[:200]}: {problem}")
+            raise urllib.error.URLError(problem)
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https", "file"):
         raise urllib.error.URLError(f"unsupported URL scheme {parts.scheme!r}")
