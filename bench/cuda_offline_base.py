@@ -9,6 +9,7 @@ them for the CPU image anyway (about 75 s with debootstrap, see DESIGN.md)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -21,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from harness import ROOT, engine  # noqa: E402
+from harness import ROOT  # noqa: E402
+from harness.hosts import engine  # noqa: E402
 from harness.image import build as bd  # noqa: E402
 from harness.image import cuda_base, cuda_image
 from harness.intake import manifest as mf  # noqa: E402
@@ -30,6 +32,7 @@ SMOKE_TREE = ROOT / "tests" / "data" / "llama-cuda-smoke"
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     client = engine.connect(timeout=3600)
     arch = cuda_base.arch_of(client)
     figures: dict = {"arch": arch, "cpus": client.info().get("NCPU")}

@@ -113,3 +113,10 @@ def code(text: object, max_len: int = 300) -> str:
     s = visible(text, max_len, spaces=True)
     s = s.replace("`", "'")
     return f"`{s}`"
+
+
+def pvalue(p: float | None) -> str:
+    """0.0004 -> '<0.001', 0.0213 -> '0.021'."""
+    if p is None:
+        return DASH
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
