@@ -394,7 +394,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = images.record(eng.client, m, host=eng.name)
+            rec = images.record(eng, m, host=eng.name)
             if rec is None:
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "

@@ -22,7 +22,7 @@ SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
-DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
+DOCKER_FIXTURES = {"docker_client", "engine", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
 IMAGE_FIXTURES = {"demo_image", "demo_run"}
 
 
@@ -51,6 +51,14 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
+def engine(docker_client):
+    """The real local Docker engine behind the kit's Engine interface."""
+    from harness.hosts.engine import LocalEngine
+
+    return LocalEngine(docker_client)
+
+
+@pytest.fixture(scope="session")
 def demo_manifest() -> mf.Manifest:
     return mf.load(DEMO)
 
@@ -65,7 +73,7 @@ def models_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_image(docker_client, demo_manifest) -> dict:
+def demo_image(engine, demo_manifest) -> dict:
     """The real CPU image built from the pinned sdist on the debootstrap base (reused when already built)."""
     lines: list[str] = []
 
@@ -73,7 +81,7 @@ def demo_image(docker_client, demo_manifest) -> dict:
         lines.append(s)
         print(s, file=sys.stderr, flush=True)
 
-    return bd.build(docker_client, demo_manifest, log=log)
+    return bd.build(engine, demo_manifest, log=log)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import itertools
 import pytest
 import yaml
 
+from harness.hosts.engine import LocalEngine
 from harness.image import bases, images, recipe
 from harness.image import build as bd
 from harness.image import source as sources
@@ -175,7 +176,7 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
     raw.update(few, name="first", tasks=[t for t in raw["tasks"] if t["id"] == "json-out"])
     path = write_manifest(tmp_path / "first", yaml.safe_dump(raw, allow_unicode=True), "first.yaml")
     first = mf.load(path)
-    assert images.find(docker_client, first) is None
+    assert images.find(LocalEngine(docker_client), first) is None
     with pytest.raises(KitError, match=r"no image of manifest first's build .* on local; run `invoke build "
                                        r".*drop --no-build"):
         runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, progress=False,
@@ -188,17 +189,17 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
         assert any("no image of this build yet; building it now" in ln for ln in lines)
         assert any(ln.startswith("build: building specbench/llama-server:cpu-") for ln in lines)  # its progress
         assert "0 ok, 1 failed" in out  # the fake server exits at once: the run records it and goes on
-        found = images.find(docker_client, first)
+        found = images.find(LocalEngine(docker_client), first)
         assert found is not None and found.image.labels["specbench.source"].startswith('{"content_sha256"')
         image_id = found.image.id
         raw.update(name="second", runs=3)
         second = mf.load(write_manifest(tmp_path / "second", yaml.safe_dump(raw, allow_unicode=True), "second.yaml"))
-        again = images.find(docker_client, second)
+        again = images.find(LocalEngine(docker_client), second)
         assert again is not None and again.image.id == image_id and again.tag == found.tag
-        rec = bd.build(docker_client, second, log=lines.append, trust_source=True)
+        rec = bd.build(LocalEngine(docker_client), second, log=lines.append, trust_source=True)
         assert rec["reused"] and rec["image_id"] == image_id and rec["server_version"].startswith("version: 1")
         (src / "tools" / "server" / "server.c").write_text("int main(void) { return 2; }\n")
-        assert images.find(docker_client, second) is None  # the folder's content is its identity
+        assert images.find(LocalEngine(docker_client), second) is None  # the folder's content is its identity
     finally:
         if image_id:
             docker_client.images.remove(image_id, force=True)

@@ -29,7 +29,8 @@ def test_probe_measures_and_physics_uses_it(tmp_path, demo_image, models_dir, do
         raw["tasks"] = raw["tasks"][:1]
         raw["runs"] = 1
         path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "p.yaml")
-        build.build(docker_client, mf.load(path), log=lambda s: None)  # the same image, recorded for this name
+        # the same image, recorded for this name
+        build.build(LocalEngine(docker_client), mf.load(path), log=lambda s: None)
         runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
                     log=lambda s: None)
         meta = RunDir.open(tmp_path / "r" / "p").read_meta()

@@ -76,7 +76,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
         assert items["docker"].ok and "API" in items["docker"].detail
         assert items["model target"].ok and "sent over SSH" in items["model target"].detail
         assert items["gpu"].ok  # cpu backend: no GPU needed
-        rec = bd.build(eng.client, m, log=lambda s: None, host=eng.name)
+        rec = bd.build(eng, m, log=lambda s: None, host=eng.name)
         assert rec["reused"] and rec["host"] == eng.name and rec["image_id"] == demo_image["image_id"]
         out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
                           progress=False, engines=[eng], log=lambda s: None)
@@ -114,7 +114,7 @@ def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_d
         for e in engines:
             from harness.intake import manifest as mf
 
-            bd.build(e.client, mf.load(path), log=lambda s: None, host=e.name)
+            bd.build(e, mf.load(path), log=lambda s: None, host=e.name)
         runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="two", seed=5,
                     progress=False, engines=engines, log=lambda s: None)
     finally:
@@ -142,7 +142,7 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
     from harness.intake import manifest as mf
 
     eng = _remote(sshd, tmp_path)
-    bd.build(eng.client, mf.load(path), log=lambda s: None, host=eng.name)
+    bd.build(eng, mf.load(path), log=lambda s: None, host=eng.name)
     mfile = tmp_path / "r" / "rdrop" / "measurements.jsonl"
 
     def drop():

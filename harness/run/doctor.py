@@ -32,8 +32,8 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
 
     models=False skips hashing the model files (the run verifies them as it places them)."""
     items: list[Item] = []
-    v = engine.client.version()
-    info = engine.client.info()
+    v = engine.version()
+    info = engine.info()
     items.append(Item("docker", True, f"engine {v.get('Version')} (API {v.get('ApiVersion')}) on "
                       f"{info.get('OperatingSystem')}, {info.get('NCPU')} CPUs"))
     gpus = nvidia_smi(engine)
@@ -89,14 +89,14 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
         free = int(out.splitlines()[1].split()[3]) * 1024
         items.append(Item("disk", free > need * 1.1, f"{free / 1e9:,.1f} GB free at {df_dir}, models need "
                           f"{need / 1e9:,.1f} GB more", "free disk space or choose another models folder"))
-    found = images.find(engine.client, manifest)
+    found = images.find(engine, manifest)
     if found is None:
         items.append(Item("image", False, "no image of this manifest's build (source, flags, backend, bases) here",
                           "invoke build" + ("" if engine.name == "local" else f" --host {engine.name}")
                           + " (or let `invoke run` build it)", fatal=False))
     else:
         items.append(Item("image", True, f"{found.tag} ({found.image.short_id.split(':')[-1]}, llama.cpp "
-                          f"b{found.plan.source['build_number']} {found.plan.source['commit']})"))
+                          f"b{found.build_plan.source['build_number']} {found.build_plan.source['commit']})"))
     return items
 
 

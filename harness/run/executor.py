@@ -11,19 +11,12 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any
 
-import docker.errors
-import paramiko
-import requests.exceptions
-
 from harness import KitError
 from harness.files import now_iso
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
 from harness.run.protocol import Context
 from harness.store.rundir import RunDir
-
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError, EOFError,
-                 paramiko.SSHException)
 
 
 @contextmanager
@@ -91,6 +84,8 @@ class Executor:
                  log: Callable[[str], None] = print, progress: bool = True):
         self.ctx = ctx
         self.engines = {e.name: e for e in engines}
+        #: What means an engine or its connection was lost, on any of these engines: the run stops, resumable.
+        self.lost_errors = tuple(dict.fromkeys(t for e in engines for t in e.lost_errors))
         self.protocol = protocol
         self.rd = rd
         self.log = log
@@ -126,7 +121,7 @@ class Executor:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
-        except ENGINE_ERRORS as e:
+        except self.lost_errors as e:
             status = "interrupted"
             raise KitError(f"lost the Docker engine mid-run ({type(e).__name__}: {str(e)[:200]}); finished "
                            f"measurements are saved: resume with `invoke run --resume {self.rd.run_id}`") from None
@@ -154,7 +149,7 @@ class Executor:
                     if announce:
                         self.log(f"{e.name}: removing {c.short_id} left by an earlier attempt of run {self.rd.run_id}")
                     e.remove(c)
-            except ENGINE_ERRORS:
+            except e.lost_errors:
                 flag = f" --host {e.name}" if e.name != "local" else ""
                 self.log(f"note: {e.name} did not answer; remove its leftovers later with `invoke clean --run-id "
                          f"{self.rd.run_id}{flag}`")

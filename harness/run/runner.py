@@ -9,8 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
 from harness import LABEL_PREFIX, KitError
 from harness.analysis import stats
 from harness.hosts import environment
@@ -49,7 +47,7 @@ def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
     built where it is missing unless `build_missing` is off."""
     records: dict[str, dict[str, Any]] = {}
     for e in engines:
-        rec = images.record(e.client, manifest, host=e.name)
+        rec = images.record(e, manifest, host=e.name)
         if rec is None:
             flag = "" if e.name == "local" else f" --host {e.name}"
             if not build_missing:
@@ -69,10 +67,9 @@ def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
 
 def check_image(engines: list[Engine], record: dict[str, Any], log: Callable[[str], None]) -> None:
     for e in engines:
-        try:
-            img = e.client.images.get(record["tag"])
-        except docker.errors.ImageNotFound:
-            raise KitError(f"image {record['tag']} is not on {e.name}; run `invoke build` first") from None
+        img = e.image(record["tag"])
+        if img is None:
+            raise KitError(f"image {record['tag']} is not on {e.name}; run `invoke build` first")
         if img.id != record["image_id"]:
             log(f"note: {e.name} has {record['tag']} as {img.id[:19]}, the build record says "
                 f"{record['image_id'][:19]}; recording the engine's")
@@ -145,9 +142,10 @@ def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
     """The drafter flavours the image's llama.cpp knows (its label, read from the source at build time), or
     None when the image predates the label."""
     try:
-        label = engine.client.images.get(record["tag"]).labels.get(f"{LABEL_PREFIX}.spec-flavours")
-    except docker.errors.DockerException:
-        label = None
+        img = engine.image(record["tag"])
+    except engine.lost_errors:
+        img = None
+    label = None if img is None else img.labels.get(f"{LABEL_PREFIX}.spec-flavours")
     return None if label is None else {f for f in label.split(",") if f}
 
 
