@@ -173,12 +173,13 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     from harness.image import build as bd
     from harness.image import recipe
     from harness.intake import manifest as mf
-    from harness.intake.trust import require_trusted
+    from harness.intake import trust
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
-    m = mf.load(_manifest_path(c, manifest))
-    require_trusted(m, trust_source)  # before any engine or source is reached (a local folder's identity runs git)
+    # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
+    trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
+    m = trusted.manifest
     if plan:
         from harness.image.source import describe_source
 
@@ -192,9 +193,8 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = bd.build(eng, m, backend=backend, force=force, prefer=source,
-                           jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source,
-                           offline_base=base == "offline")
+            rec = bd.build(eng, trusted, backend=backend, force=force, prefer=source,
+                           jobs=int(jobs) if jobs else None, host=eng.name, offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
@@ -251,20 +251,21 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
-    from harness.intake.trust import require_trusted
+    from harness.intake import trust
     from harness.run import runner
 
-    require_trusted(mf.load(_manifest_path(c, manifest)), trust_source)  # before any engine is reached
+    # one load and one trust decision, before any engine is reached; the run is handed both
+    trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     runs = runs or _cfg(c, "runs")
 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
-            _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
+            trusted, results_dir=Path(results or _cfg(c, "results", "results")),
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, trust_source=trust_source, build_missing=not no_build)
+            aa_control=aa_control, build_missing=not no_build)
     print(out)
 
 

@@ -27,6 +27,7 @@ from harness.image import build as bd  # noqa: E402
 from harness.image import cuda_base, cuda_image  # noqa: E402
 from harness.image.source import resolve_source  # noqa: E402
 from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 
 #: llama.cpp's default CUDA architectures for CUDA 13 (ggml/src/ggml-cuda/CMakeLists.txt, GGML_NATIVE=OFF).
 DEFAULT_ARCHS = "75-virtual;80-virtual;86-real;89-real;90-virtual;120a-real;121a-real"
@@ -87,8 +88,8 @@ def main() -> None:
     source = resolve_source(manifest, log, args.source)
     if not args.estimate_only:
         started = time.monotonic()
-        rec = bd.build(engine, manifest, backend="cuda", force=args.force, prefer=args.source, log=log,
-                       jobs=args.jobs, offline_base=True, cpu_shares=args.cpu_shares)
+        rec = bd.build(engine, trust.decide(manifest, False), backend="cuda", force=args.force, prefer=args.source,
+                       log=log, jobs=args.jobs, offline_base=True, cpu_shares=args.cpu_shares)
         figures["build_wall_seconds"] = round(time.monotonic() - started, 1)
         figures["reused"] = rec["reused"]
         report = cuda_image.inspect(engine, rec["tag"])

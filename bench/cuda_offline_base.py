@@ -26,6 +26,7 @@ from harness.hosts.engine import LocalEngine, connect  # noqa: E402
 from harness.image import build as bd  # noqa: E402
 from harness.image import cuda_base, cuda_image
 from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 
 SMOKE_TREE = ROOT / "tests" / "data" / "llama-cuda-smoke"
 
@@ -52,7 +53,7 @@ def main() -> None:
         shutil.copytree(ROOT / "manifests" / "tasks", folder / "tasks")  # prompts must lie in the manifest's folder
         (folder / "m.yaml").write_text(yaml.safe_dump(raw))
         started = time.monotonic()
-        rec = bd.build(engine, mf.load(folder / "m.yaml"), force=True, offline_base=True, log=print, trust_source=True)
+        rec = bd.build(engine, trust.decide(mf.load(folder / "m.yaml"), True), force=True, offline_base=True, log=print)
         figures["smoke_build_seconds"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
         report = cuda_image.inspect(engine, rec["tag"])

@@ -31,6 +31,7 @@ from harness import DEFAULT_MANIFEST  # noqa: E402
 from harness.hosts.engine import LocalEngine, Mount  # noqa: E402
 from harness.image import images  # noqa: E402
 from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 from harness.models import ensure as md  # noqa: E402
 from harness.run import runner  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
@@ -69,8 +70,8 @@ def main() -> None:
         man.write_text(yaml.safe_dump(raw, allow_unicode=True))
         bench_man = mf.load(man)
         paths = md.ensure(bench_man, args.models_dir, download=False, log=print)
-        runner.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
-                    progress=False, log=lambda s: None)
+        runner.run(trust.decide(bench_man, False), results_dir=Path(tmp) / "r", models_dir=args.models_dir,
+                   run_id="fidelity", progress=False, log=lambda s: None)
         recs = [r for r in RunDir.open(Path(tmp) / "r" / "fidelity").measurements() if r["status"] == "ok"]
     client = [r["client"]["decode_tok_s"] for r in recs]
     server = [r["server"]["predicted_per_second"] for r in recs]

@@ -14,6 +14,7 @@ import pytest
 from harness import ROOT, KitError
 from harness.image import build as bd
 from harness.intake import manifest as mf
+from harness.intake import trust
 from harness.models import ensure as md
 from harness.models import generate
 
@@ -81,12 +82,17 @@ def demo_image(engine, demo_manifest) -> dict:
         lines.append(s)
         print(s, file=sys.stderr, flush=True)
 
-    return bd.build(engine, demo_manifest, log=log)
+    return bd.build(engine, trusted(demo_manifest), log=log)
 
 
 @pytest.fixture(scope="session")
 def results_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("results")
+
+
+def trusted(manifest: Path | mf.Manifest, trust_source: bool = False) -> trust.Trusted:
+    """A manifest loaded once, with its trust decision, as a task hands it down (harness/intake/trust.py)."""
+    return trust.decide(manifest if isinstance(manifest, mf.Manifest) else mf.load(manifest), trust_source)
 
 
 def write_manifest(folder: Path, text: str, name: str = "m.yaml") -> Path:
@@ -115,7 +121,7 @@ def demo_run(demo_image, models_dir, results_dir) -> Path:
     """One real demo run: every strategy and task, 2 runs each, one fresh container per measurement."""
     from harness.run import runner
 
-    runner.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
+    runner.run(trusted(DEMO), results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)
     return results_dir / "demo-run"
 

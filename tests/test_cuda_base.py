@@ -17,7 +17,7 @@ from harness.image import build as bd
 from harness.image import cuda_base, cuda_image, recipe
 from harness.image import source as sources
 from harness.intake import manifest as mf
-from tests.conftest import DEMO, SPARK, write_manifest
+from tests.conftest import DEMO, SPARK, trusted, write_manifest
 
 SMOKE_TREE = Path(__file__).parent / "data" / "llama-cuda-smoke"
 #: What the dynamic loader prints for a CUDA binary started without the driver (seen in the built image).
@@ -178,7 +178,7 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     lines: list[str] = []
     engine = LocalEngine(docker_client)
-    rec = bd.build(engine, m, offline_base=True, log=lines.append, trust_source=True)  # a local tree
+    rec = bd.build(engine, trusted(m, True), offline_base=True, log=lines.append)  # a local tree
     assert rec["plan"]["base_image"] == cuda_bases.builder and rec["plan"]["registry_free"]
     if not rec["reused"]:
         log = "\n".join(lines)

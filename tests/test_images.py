@@ -13,7 +13,7 @@ from harness.image import bases, images, recipe
 from harness.image import build as bd
 from harness.image import source as sources
 from harness.intake import manifest as mf
-from tests.conftest import DEMO, SPARK, write_manifest
+from tests.conftest import DEMO, SPARK, trusted, write_manifest
 
 
 def _labels(m: mf.Manifest, prefer: str | None = None, arch: str = "amd64", method: str = "debootstrap",
@@ -179,13 +179,13 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
     assert images.find(LocalEngine(docker_client), first) is None
     with pytest.raises(KitError, match=r"no image of manifest first's build .* on local; run `invoke build "
                                        r".*drop --no-build"):
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, progress=False,
-                   log=lambda s: None, build_missing=False, trust_source=True)
+        runner.run(trusted(path, True), results_dir=tmp_path / "r", models_dir=models_dir, progress=False,
+                   log=lambda s: None, build_missing=False)
     lines: list[str] = []
     image_id = None
     try:
-        out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="built", progress=False,
-                         log=lines.append, trust_source=True)
+        out = runner.run(trusted(path, True), results_dir=tmp_path / "r", models_dir=models_dir, run_id="built",
+                         progress=False, log=lines.append)
         assert any("no image of this build yet; building it now" in ln for ln in lines)
         assert any(ln.startswith("build: building specbench/llama-server:cpu-") for ln in lines)  # its progress
         assert "0 ok, 1 failed" in out  # the fake server exits at once: the run records it and goes on
@@ -196,7 +196,7 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
         second = mf.load(write_manifest(tmp_path / "second", yaml.safe_dump(raw, allow_unicode=True), "second.yaml"))
         again = images.find(LocalEngine(docker_client), second)
         assert again is not None and again.image.id == image_id and again.tag == found.tag
-        rec = bd.build(LocalEngine(docker_client), second, log=lines.append, trust_source=True)
+        rec = bd.build(LocalEngine(docker_client), trusted(second, True), log=lines.append)
         assert rec["reused"] and rec["image_id"] == image_id and rec["server_version"].startswith("version: 1")
         (src / "tools" / "server" / "server.c").write_text("int main(void) { return 2; }\n")
         assert images.find(LocalEngine(docker_client), second) is None  # the folder's content is its identity

@@ -13,7 +13,7 @@ from harness.intake import manifest as mf
 from harness.run import bandwidth as probe
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, write_manifest
+from tests.conftest import DEMO, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -30,8 +30,8 @@ def test_probe_measures_and_physics_uses_it(tmp_path, demo_image, models_dir, do
         raw["runs"] = 1
         path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "p.yaml")
         # the same image, recorded for this name
-        build.build(LocalEngine(docker_client), mf.load(path), log=lambda s: None)
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
+        build.build(LocalEngine(docker_client), trusted(mf.load(path)), log=lambda s: None)
+        runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
                     log=lambda s: None)
         meta = RunDir.open(tmp_path / "r" / "p").read_meta()
         assert meta.bandwidth["gbs"] == rec["gbs"] and meta.bandwidth["host"] == "local"

@@ -14,7 +14,7 @@ from harness.analysis import report as rp
 from harness.analysis.summary import summarize
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, write_manifest
+from tests.conftest import DEMO, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -32,7 +32,7 @@ def test_prompt_sets_and_probe_through_the_kit(tmp_path, demo_image, models_dir)
     shutil_copy = (ROOT / "manifests" / "tasks" / "en-prose-probe-no-outline.md").read_text()
     path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "sets.yaml")
     (tmp_path / "tasks" / "en-prose-probe-no-outline.md").write_text(shutil_copy)
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="sets", seed=2,
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="sets", seed=2,
                      progress=False, log=lambda s: None)
     assert "16 ok, 0 failed" in out
     rd = RunDir.open(tmp_path / "r" / "sets")

@@ -17,7 +17,7 @@ from harness.hosts.engine import LocalEngine
 from harness.intake import manifest as mf
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, write_manifest
+from tests.conftest import DEMO, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -85,9 +85,9 @@ def _trap_manifest(tmp_path, runs=3):
 
 def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_image, models_dir):
     path = _trap_manifest(tmp_path)
-    runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="naive", reuse_server=True,
+    runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="naive", reuse_server=True,
                 seed=1, progress=False, log=lambda s: None)
-    runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="fresh", seed=1, progress=False,
+    runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="fresh", seed=1, progress=False,
                 log=lambda s: None)
     naive_all = sorted(_records(tmp_path / "r" / "naive"), key=lambda r: r["order"])
     fresh_all = sorted(_records(tmp_path / "r" / "fresh"), key=lambda r: r["order"])
@@ -141,7 +141,7 @@ def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, mo
     raw["runs"] = 1
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "broken.yaml")
     t0 = time.monotonic()
-    out = runner.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="broken", progress=False,
+    out = runner.run(trusted(p), results_dir=tmp_path / "r", models_dir=models_dir, run_id="broken", progress=False,
                       log=lambda s: None)
     assert time.monotonic() - t0 < 60
     recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "broken")}
@@ -208,7 +208,7 @@ def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, 
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "json-out"]
     raw["runs"] = 1
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "par.yaml")
-    runner.run(p, results_dir=tmp_path / "r", models_dir=models_dir, run_id="par", progress=False,
+    runner.run(trusted(p), results_dir=tmp_path / "r", models_dir=models_dir, run_id="par", progress=False,
                 log=lambda s: None)
     recs = {r["strategy"]: r for r in _records(tmp_path / "r" / "par")}
     for sid in ("baseline-x3", "ngram-mod-x3"):

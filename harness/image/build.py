@@ -18,8 +18,8 @@ from harness.hosts.engine import Engine, EngineRefused, Image
 from harness.image import bases, cuda_base, cuda_image, images
 from harness.image.recipe import DOCKERFILE, PROBE_DIR, BuildPlan, build_plan
 from harness.image.source import CACHE, SourceTree, context_files, resolve_source
-from harness.intake import trust
 from harness.intake.manifest import Manifest
+from harness.intake.trust import Trusted
 from harness.schema import FORMAT_VERSIONS
 
 
@@ -96,21 +96,19 @@ def _docker_build(engine: Engine, p: BuildPlan, source: SourceTree, force: bool,
     return built
 
 
-def build(engine: Engine, manifest: Manifest, *, backend: str | None = None, force: bool = False,
+def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force: bool = False,
           prefer: str | None = None, log: Callable[[str], None] = print, host: str | None = None,
-          jobs: int | None = None, trust_source: bool = False, offline_base: bool = False,
-          cpu_shares: int | None = None) -> dict[str, Any]:
-    """Build (or reuse) the image for the manifest on an engine; return the build record (also written under
-    .cache/builds).
+          jobs: int | None = None, offline_base: bool = False, cpu_shares: int | None = None) -> dict[str, Any]:
+    """Build (or reuse) the image for a trusted manifest on an engine; return the build record (also written
+    under .cache/builds).
 
     An image already on the engine with the same identity (source, flags, backend, bases, recipe, architecture) is
-    reused whichever manifest or host asked for it (harness/image/images.py), without fetching the source. A source
-    other than the official llama.cpp one, a custom base image or CMake flags beyond feature switches are refused
-    unless `trust_source` (harness/intake/trust.py). offline_base: for the cuda backend, build on bases made here from
-    PyPI's CUDA wheels instead of nvidia/cuda. cpu_shares: the build containers' CPU weight (1024 is normal; lower
-    yields to other work on a shared machine)."""
-
-    trust.require_trusted(manifest, trust_source)
+    reused whichever manifest or host asked for it (harness/image/images.py), without fetching the source. The
+    manifest comes with the task's trust decision (harness/intake/trust.py: a source other than the official
+    llama.cpp one, a custom base image or CMake flags beyond feature switches need the user's word). offline_base:
+    for the cuda backend, build on bases made here from PyPI's CUDA wheels instead of nvidia/cuda. cpu_shares: the
+    build containers' CPU weight (1024 is normal; lower yields to other work on a shared machine)."""
+    manifest = trusted.manifest
     host = host or engine.name
     backend = backend or manifest.build.backend
     arch = bases.engine_arch(engine)

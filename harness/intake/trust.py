@@ -12,6 +12,7 @@ checked after every symlink, and must be regular files: nothing else is ever mou
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from harness import KitError
 from harness.files import display_path
@@ -51,14 +52,25 @@ def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
     return out
 
 
-def require_trusted(manifest: Manifest, trust_source: bool) -> None:
-    """Refuse, in one line naming the field and the flag, a build input the user has not vouched for."""
-    if trust_source:
-        return
+@dataclass(frozen=True)
+class Trusted:
+    """A loaded manifest with the user's trust decision on its build inputs: made once per task (`decide`), before
+    any engine or source is reached, and handed down the call chain; whatever holds one may build and run the
+    manifest without asking again."""
+
+    manifest: Manifest
+    #: The fields that needed --trust-source (empty when the manifest's build inputs need no vouching).
+    vouched: tuple[str, ...] = ()
+
+
+def decide(manifest: Manifest, trust_source: bool) -> Trusted:
+    """The task's one trust decision: refuse, in one line naming the field and the flag, a build input the user
+    has not vouched for; else the manifest, trusted."""
     found = untrusted_fields(manifest)
-    if found:
+    if found and not trust_source:
         field, value, expected = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise KitError(f"{display_path(manifest.path)}: {field}: {redact_url(value)[:200]!r} is not {expected}; "
                        f"building with it runs code of the manifest's choosing here: pass {TRUST_FLAG} if you "
                        f"trust it{more}")
+    return Trusted(manifest, tuple(f for f, _, _ in found))

@@ -11,11 +11,12 @@ from typing import Any
 
 from harness import LABEL_PREFIX, KitError
 from harness.analysis import stats
+from harness.files import display_path
 from harness.hosts import environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images
 from harness.intake import manifest as mf
-from harness.intake import trust
+from harness.intake.trust import Trusted
 from harness.models import ensure as models
 from harness.models import gguf_facts, preflight
 from harness.run import bandwidth as probe
@@ -31,20 +32,19 @@ from harness.store.rundir import RunDir, new_run_id
 DEFAULT_MAX_ROUNDS = 20
 
 
-def _resume(results_dir: Path, resume: str, manifest_path: Path) -> tuple[RunDir, runmeta.RunMeta, mf.Manifest]:
+def _resume(results_dir: Path, resume: str, manifest: mf.Manifest) -> tuple[RunDir, runmeta.RunMeta]:
     rd = RunDir.open(Path(resume) if Path(resume).is_dir() else Path(results_dir) / resume)
     meta = rd.read_meta()
-    manifest = mf.load(manifest_path)
     if manifest.sha256 != meta.manifest["sha256"]:
-        raise KitError(f"{manifest_path} changed since run {rd.run_id} started (sha256 {manifest.sha256[:12]} vs "
-                       f"{meta.manifest['sha256'][:12]}); resume with the same manifest")
-    return rd, meta, manifest
+        raise KitError(f"{display_path(manifest.path)} changed since run {rd.run_id} started (sha256 "
+                       f"{manifest.sha256[:12]} vs {meta.manifest['sha256'][:12]}); resume with the same manifest")
+    return rd, meta
 
 
-def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
-           log: Callable[[str], None], trust_source: bool = False) -> dict[str, Any]:
+def _image(trusted: Trusted, engines: list[Engine], build_missing: bool, log: Callable[[str], None]) -> dict[str, Any]:
     """The build record of the manifest's image, found on every engine by its identity (harness/image/images.py);
     built where it is missing unless `build_missing` is off."""
+    manifest = trusted.manifest
     records: dict[str, dict[str, Any]] = {}
     for e in engines:
         rec = images.record(e, manifest, host=e.name)
@@ -55,7 +55,7 @@ def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
                                f"run `invoke build --manifest {manifest.path}{flag}`, or drop --no-build")
             log(f"{e.name}: no image of this build yet; building it now, as `invoke build{flag}` would "
                 "(minutes the first time)")
-            rec = build.build(e, manifest, host=e.name, log=log, trust_source=trust_source)
+            rec = build.build(e, trusted, host=e.name, log=log)
         records[e.name] = rec
     tags = {r["tag"] for r in records.values()}
     if len(tags) > 1:
@@ -83,36 +83,33 @@ def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] |
     return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"]}
 
 
-def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str | None = None,
+def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | None = None,
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
-        max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False,
-        build_missing: bool = True) -> str:
-    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
+        max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True) -> str:
+    """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
-    have run. The image runs code from the manifest's source: one that is not the official llama.cpp source on the
-    kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
+    have run. The image runs code from the manifest's source: the task decided once whether it may
+    (harness/intake/trust.py), before any engine was reached."""
+    manifest = trusted.manifest
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
     if resume:
-        rd, meta, manifest = _resume(results_dir, resume, manifest_path)
+        rd, meta = _resume(results_dir, resume, manifest)
         reuse_server = meta.protocol == "reuse-server"
         p = meta.plan
         own = {s.id for s in manifest.strategies}  # an A/A twin is re-made by aa_control
         strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         record = meta.build
-    else:
-        manifest = mf.load(manifest_path)
-    trust.require_trusted(manifest, trust_source)  # before any engine is reached
     engines = engines or [LocalEngine()]
     if meta is None:
-        record = _image(manifest, engines, build_missing, log, trust_source)
+        record = _image(trusted, engines, build_missing, log)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
                      shuffle_seed=seed, aa_control=aa_control)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
