@@ -286,11 +286,11 @@ def report(c, run_dir=None, out=None, no_plot=False):
 
 
 @task(auto_shortflags=False, help={
-    "run_dir": "run folder with a probe task (default: the newest under the results folder)",
+    "run_dir": "run folder with a perturbation task (default: the newest under the results folder)",
 })
 @kit_errors
 def sensitivity(c, run_dir=None):
-    """Prompt sensitivity: each probe variant (a phrase added or removed) against its reference prompt, per
+    """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
     from harness.analysis import report as rp
     from harness.analysis.summary import summarize
@@ -299,7 +299,8 @@ def sensitivity(c, run_dir=None):
     d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
     table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
     if not table:
-        raise KitError(f"{d}: no probe task in this run (a task with `probe: true` and several prompts)")
+        raise KitError(f"{d}: no perturbation task in this run (a task with `perturbation: true` and several "
+                       "prompts)")
     print(table)
 
 

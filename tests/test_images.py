@@ -35,26 +35,26 @@ def test_another_manifest_with_the_same_build_finds_the_image(tmp_path):
     demo = mf.load(DEMO)
     other = _variant(tmp_path, "other", runs=1, strategies=[{"id": "baseline", "spec_type": "none"}])
     labels = _labels(demo)
-    p = images.matching_plan(other, labels, "cpu", "amd64")
+    p = images.matching_build_plan(other, labels, "cpu", "amd64")
     assert p is not None and p.tag == recipe.build_plan(demo, sources.describe_source(demo), made=bases.images_for(
         "amd64", "debootstrap"), arch="amd64").tag
     # registry-made bases of the same architecture serve as well
-    assert images.matching_plan(other, _labels(demo, method="registry"), "cpu", "amd64") is not None
+    assert images.matching_build_plan(other, _labels(demo, method="registry"), "cpu", "amd64") is not None
 
 
 def test_a_different_build_is_not_found(tmp_path):
     demo = mf.load(DEMO)
     labels = _labels(demo)
     flags = _variant(tmp_path, "flags", build={"backend": "cpu", "cmake_args": ["-DGGML_OPENMP=OFF"]})
-    assert images.matching_plan(flags, labels, "cpu", "amd64") is None
+    assert images.matching_build_plan(flags, labels, "cpu", "amd64") is None
     sdist = dict(yaml.safe_load(DEMO.read_text())["llama_cpp"])
     sdist["sdist"] = dict(sdist["sdist"], sha256="0" * 64)
     other_src = _variant(tmp_path, "src", llama_cpp=sdist)
-    assert images.matching_plan(other_src, labels, "cpu", "amd64") is None
-    assert images.matching_plan(demo, labels, "cuda", "amd64") is None          # another backend
-    assert images.matching_plan(demo, labels, "cpu", "arm64") is None           # another engine architecture
+    assert images.matching_build_plan(other_src, labels, "cpu", "amd64") is None
+    assert images.matching_build_plan(demo, labels, "cuda", "amd64") is None          # another backend
+    assert images.matching_build_plan(demo, labels, "cpu", "arm64") is None           # another engine architecture
     arm = _labels(demo, arch="arm64")
-    assert images.matching_plan(demo, arm, "cpu", "arm64") is not None
+    assert images.matching_build_plan(demo, arm, "cpu", "arm64") is not None
     assert arm["specbench.plan-key"] != labels["specbench.plan-key"]           # the architecture is identity
 
 
@@ -64,8 +64,8 @@ def test_tampered_or_foreign_labels_do_not_match():
     for key, value in [("specbench.plan-key", "0" * 12), ("specbench.source", "{not json"),
                        ("specbench.base-image", "debian:bookworm"), ("specbench.llama-build-number", "x"),
                        ("specbench.arch", "")]:
-        assert images.matching_plan(demo, {**good, key: value}, "cpu", "amd64") is None, key
-    assert images.matching_plan(demo, {}, "cpu", "amd64") is None
+        assert images.matching_build_plan(demo, {**good, key: value}, "cpu", "amd64") is None, key
+    assert images.matching_build_plan(demo, {}, "cpu", "amd64") is None
 
 
 def test_git_source_matches_repo_and_ref_and_the_pinned_commit(tmp_path):
@@ -94,7 +94,7 @@ def test_spark_plan_carries_the_architecture():
     for arch in ("amd64", "arm64"):
         p = recipe.build_plan(m, sources.describe_source(m, "sdist"), arch=arch)
         assert p.labels["specbench.arch"] == arch and p.arch == arch
-        assert images.matching_plan(m, p.labels, "cuda", arch) is not None
+        assert images.matching_build_plan(m, p.labels, "cuda", arch) is not None
     assert recipe.build_plan(m, sources.describe_source(m, "sdist"), arch="amd64").tag != \
         recipe.build_plan(m, sources.describe_source(m, "sdist"), arch="arm64").tag
 

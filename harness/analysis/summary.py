@@ -142,13 +142,13 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def sensitivity(records: list[dict[str, Any]], meta: RunMeta) -> list[dict[str, Any]]:
-    """For each probe task (its first prompt the reference, the others variants with a phrase added or removed):
+    """For each perturbation task (its first prompt the reference, the others variants with a phrase added or removed):
     per strategy and variant, throughput against the reference paired by round, acceptance of both, the output's
     agreement with the reference's (common prefix in tokens), and the speedup against the baseline on each."""
     usable = stats.usable(records)
     out = []
     for t in meta.planned_tasks():
-        if not t.probe:
+        if not t.perturbation:
             continue
         ref = t.prompts[0].id
         for host in meta.plan.hosts:

@@ -1,11 +1,11 @@
 """Finding the llama.cpp image a manifest needs on an engine by what the image is, not by who asked for it.
 
 Every image the kit builds carries its identity in labels (harness/image/build.py: source, CMake flags, backend, bases,
-recipe, architecture, the plan key that names the tag, and the whole plan as JSON). An image on an engine serves a
-manifest when the manifest, planned with that image's source and bases, gives the same plan key: the source must
-be one the manifest allows (an sdist by sha256; a git repo and ref, and its commit when pinned; a local folder by
-its content hash), and the bases must be ones made for the engine's architecture. Two manifests with the same
-source, flags and backend therefore share one image, on any host that holds it.
+recipe, architecture, the build plan's key that names the tag, and the whole build plan as JSON). An image on an
+engine serves a manifest when the manifest's build plan, with that image's source and bases, has the same key: the
+source must be one the manifest allows (an sdist by sha256; a git repo and ref, and its commit when pinned; a local
+folder by its content hash), and the bases must be ones made for the engine's architecture. Two manifests with the
+same source, flags and backend therefore share one image, on any host that holds it.
 
 Build records of found images are cached by image id under .cache/builds/images/ (the id names the content, so
 one record serves every engine that holds the image)."""
@@ -31,7 +31,7 @@ RECORDS = CACHE / "builds" / "images"
 
 @dataclass(frozen=True)
 class Found:
-    """An image on an engine that serves a manifest, and the plan it was built from."""
+    """An image on an engine that serves a manifest, and the build plan it was built from."""
 
     image: Image
     build_plan: recipe.BuildPlan
@@ -88,9 +88,9 @@ def bases_from_labels(manifest: Manifest, backend: str, labels: dict[str, str], 
     return next((b for b in bases.candidates(arch) if (b.builder, b.runtime) == pair), None)
 
 
-def matching_plan(manifest: Manifest, labels: dict[str, str], backend: str, arch: str, prefer: str | None = None,
+def matching_build_plan(manifest: Manifest, labels: dict[str, str], backend: str, arch: str, prefer: str | None = None,
                   local_tree: Callable[[], SourceTree] | None = None) -> recipe.BuildPlan | None:
-    """The manifest's plan for an image with these labels, when that plan is the image's (same plan key)."""
+    """The manifest's build plan for an image with these labels, when it is the image's (same plan key)."""
     if labels.get(f"{LABEL_PREFIX}.backend") != backend or labels.get(f"{LABEL_PREFIX}.arch") != arch:
         return None
     tree = source_from_labels(manifest, labels, prefer, local_tree)
@@ -117,7 +117,7 @@ def find(engine: Engine, manifest: Manifest, backend: str | None = None, *, pref
 
     found = []
     for img in engine.images([f"{LABEL_PREFIX}.backend={backend}", f"{LABEL_PREFIX}.plan-key"]):
-        p = matching_plan(manifest, img.labels, backend, arch, prefer, local_tree)
+        p = matching_build_plan(manifest, img.labels, backend, arch, prefer, local_tree)
         if p is not None and p.tag in img.tags:
             found.append((str(img.created or ""), p.tag, Found(img, p)))
     return max(found, key=lambda x: x[:2])[2] if found else None

@@ -186,7 +186,8 @@ class Task:
     id: str
     prompts: tuple[Prompt, ...]
     n_predict: int
-    probe: bool = False  # a perturbation probe: prompts[0] is the reference, the others its variants
+    #: A perturbation task: prompts[0] is the reference, the others its variants (a phrase added or removed).
+    perturbation: bool = False
 
     def prompt(self, prompt_id: str | None = None) -> str:
         return self.get_prompt(prompt_id).text()
@@ -499,10 +500,13 @@ class _Builder:
             if len(set(ids)) != len(ids):
                 dup = next(x for x in ids if ids.count(x) > 1)
                 raise self.fail(f"{fp}.prompts", f"two prompts have the id {dup!r}; give each an id")
-            if t.get("probe") and len(prompts) < 2:
-                raise self.fail(f"{fp}.probe", "a probe compares variants with its first prompt: give at least two "
-                                "prompts")
-            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get("probe", False))))
+            key = "perturbation" if "perturbation" in t else "probe"  # `probe` is the key's older name
+            if "perturbation" in t and "probe" in t and bool(t["probe"]) != bool(t["perturbation"]):
+                raise self.fail(f"{fp}.probe", "the older name of perturbation says otherwise: give one of them")
+            if t.get(key) and len(prompts) < 2:
+                raise self.fail(f"{fp}.{key}", "a perturbation task compares variants with its first prompt: give at "
+                                "least two prompts")
+            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
         return tuple(out)
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -19,8 +19,7 @@ from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
 from harness.models import ensure as models
 from harness.models import gguf_facts, preflight
-from harness.run import bandwidth as probe
-from harness.run import metadata
+from harness.run import bandwidth, metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, make_plan
@@ -76,7 +75,7 @@ def check_image(engines: list[Engine], record: dict[str, Any], log: Callable[[st
 
 
 def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] | None:
-    measured = [p for p in (probe.latest(manifest.name, e.name) for e in engines) if p]
+    measured = [p for p in (bandwidth.latest(manifest.name, e.name) for e in engines) if p]
     if not measured:
         return None
     m = measured[0]

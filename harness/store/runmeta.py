@@ -43,7 +43,7 @@ class TaskMeta:
     id: str
     n_predict: int
     prompts: tuple[PromptMeta, ...]
-    probe: bool = False
+    perturbation: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class RunMeta:
             sampling=obj.get("sampling", {}), endpoint=obj.get("endpoint", "completion"),
             strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ()))}) for s in obj["strategies"]],
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
-                            bool(t.get("probe", False))) for t in obj["tasks"]],
+                            bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
             models=obj["models"], build=obj["build"], environment=obj["environment"],
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
