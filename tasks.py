@@ -35,13 +35,16 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
-def _int(flag: str, value) -> int | None:
+def _int(flag: str, value, minimum: int | None = None) -> int | None:
     if value is None:
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise KitError(f"{flag}: expected a whole number, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise KitError(f"{flag}: expected {minimum} or more, got {number}")
+    return number
 
 
 def _fraction(flag: str, value) -> float | None:
@@ -241,19 +244,23 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "max_rounds": "round cap for --until (default 20); cells still wider are named",
     "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
                   "how much drift survives the pairing by rounds)",
+    "retakes": "at most this many measurements that other work disturbed are measured again, each at the end of "
+               "its round (default: the manifest's retakes, else 10% of the planned measurements; 0: none)",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
-        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False):
+        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
+        retakes=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
     from harness.intake import trust
     from harness.run import runner
 
+    retakes = _int("--retakes", retakes, minimum=0)
     # one load and one trust decision, before any engine is reached; the run is handed both
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     runs = runs or _cfg(c, "runs")
@@ -265,7 +272,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, build_missing=not no_build)
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes)
     print(out)
 
 

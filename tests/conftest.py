@@ -106,6 +106,18 @@ def write_manifest(folder: Path, text: str, name: str = "m.yaml") -> Path:
 
 
 @pytest.fixture()
+def world(tmp_path, monkeypatch, models_dir):
+    """A results folder for runs through fake engines (tests/fake_engine.py), the demo's models, and nothing of
+    the kit's caches touched (build records, measured bandwidths)."""
+    from harness.image import images
+    from harness.run import bandwidth
+
+    monkeypatch.setattr(images, "RECORDS", tmp_path / "records")
+    monkeypatch.setattr(bandwidth, "CACHE", tmp_path / "cache")
+    return tmp_path
+
+
+@pytest.fixture()
 def chdir_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path

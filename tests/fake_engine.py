@@ -28,6 +28,9 @@ from harness.hosts.engine import Endpoint, Engine, EngineRefused, Finished, Imag
 from harness.image import bases, recipe
 from harness.image.source import describe_source
 from harness.intake.manifest import Manifest
+from harness.run import runner
+from harness.store.rundir import RunDir
+from tests.conftest import DEMO, trusted
 from tests.fakeserver import FakeLlamaServer
 
 RECORDED = ROOT / "results" / "demo-cpu" / "measurements.jsonl"
@@ -301,3 +304,34 @@ def disturb(*cells: tuple[str, str, int], every_attempt: bool = False) -> Distur
         return key in want and (every_attempt or attempt == 0)
 
     return disturbed
+
+
+# ---------------------------------------------------------------- runs of the demo through fake engines
+
+#: The cells these runs measure: a baseline, a strategy without a drafter, one with a drafter, on two tasks.
+STRATEGIES = ["baseline", "ngram-mod", "draft-simple"]
+TASKS = ["json-out", "code-gen"]
+CELLS = len(STRATEGIES) * len(TASKS)
+
+
+def fake(name: str = "local", **kwargs: Any) -> FakeEngine:
+    """A fake engine holding the demo's image."""
+    return FakeEngine(name, images=[demo_image(trusted(DEMO).manifest)], **kwargs)
+
+
+def run_demo(world: Path, models_dir: Path, engines: list[FakeEngine], lines: list[str] | None = None,
+             run_id: str = "fake", **kwargs: Any) -> str:
+    """`invoke run` of the demo's CELLS, 2 runs each, on these engines, into world/r/<run_id>."""
+    kwargs = {"strategies": STRATEGIES, "tasks": TASKS, "runs": 2, "seed": 1, **kwargs}
+    return runner.run(trusted(DEMO), results_dir=world / "r", models_dir=models_dir, run_id=run_id,
+                      progress=False, log=(lines if lines is not None else []).append, engines=engines, **kwargs)
+
+
+def records(world: Path, run_id: str = "fake") -> list[dict[str, Any]]:
+    return RunDir.open(world / "r" / run_id).measurements()
+
+
+def planned_ids(world: Path, run_id: str = "fake") -> set[str]:
+    meta = RunDir.open(world / "r" / run_id).read_meta()
+    return {f"{h}/{s}/{t}/{i}" for h in meta.plan.hosts for s in meta.plan.strategies for t in meta.plan.tasks
+            for i in range(1, meta.plan.runs + 1)}

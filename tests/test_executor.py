@@ -7,58 +7,22 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from harness import KitError
 from harness.analysis.summary import summarize
-from harness.image import images
-from harness.run import bandwidth, runner
+from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, trusted, write_manifest
-from tests.fake_engine import FakeEngine, demo_image
-
-STRATEGIES = ["baseline", "ngram-mod", "draft-simple"]
-TASKS = ["json-out", "code-gen"]
-CELLS = len(STRATEGIES) * len(TASKS)
-
-
-@pytest.fixture()
-def world(tmp_path, monkeypatch, models_dir):
-    """A results folder, the demo's models, and nothing of the kit's caches touched."""
-    monkeypatch.setattr(images, "RECORDS", tmp_path / "records")
-    monkeypatch.setattr(bandwidth, "CACHE", tmp_path / "cache")
-    return tmp_path
-
-
-def engine(name: str = "local", **kwargs) -> FakeEngine:
-    return FakeEngine(name, images=[demo_image(trusted(DEMO).manifest)], **kwargs)
-
-
-def run(world: Path, models_dir: Path, engines: list[FakeEngine], lines: list[str] | None = None,
-        run_id: str = "fake", **kwargs) -> str:
-    kwargs = {"strategies": STRATEGIES, "tasks": TASKS, "runs": 2, "seed": 1, **kwargs}
-    return runner.run(trusted(DEMO), results_dir=world / "r", models_dir=models_dir, run_id=run_id,
-                      progress=False, log=(lines if lines is not None else []).append, engines=engines, **kwargs)
-
-
-def records(world: Path, run_id: str = "fake") -> list[dict]:
-    return RunDir.open(world / "r" / run_id).measurements()
-
-
-def planned_ids(world: Path, run_id: str = "fake") -> set[str]:
-    meta = RunDir.open(world / "r" / run_id).read_meta()
-    return {f"{h}/{s}/{t}/{i}" for h in meta.plan.hosts for s in meta.plan.strategies for t in meta.plan.tasks
-            for i in range(1, meta.plan.runs + 1)}
-
+from tests.fake_engine import CELLS, STRATEGIES, TASKS, FakeEngine, demo_image, fake, planned_ids, records, run_demo
 
 # ---------------------------------------------------------------- a whole run
 
 
 def test_a_run_plays_recorded_measurements_one_fresh_container_each(world, models_dir):
-    eng = engine()
-    out = run(world, models_dir, [eng])
+    eng = fake()
+    out = run_demo(world, models_dir, [eng])
     assert f"{2 * CELLS} ok, 0 failed" in out
     recs = records(world)
     assert {r["measurement_id"] for r in recs} == planned_ids(world)
@@ -76,9 +40,9 @@ def test_a_run_plays_recorded_measurements_one_fresh_container_each(world, model
 
 
 def test_rounds_run_every_cell_once_in_a_shuffled_order_the_seed_repeats(world, models_dir):
-    run(world, models_dir, [engine()], runs=3, seed=5)
-    run(world, models_dir, [engine()], runs=3, seed=5, run_id="again")
-    run(world, models_dir, [engine()], runs=3, seed=6, run_id="other")
+    run_demo(world, models_dir, [fake()], runs=3, seed=5)
+    run_demo(world, models_dir, [fake()], runs=3, seed=5, run_id="again")
+    run_demo(world, models_dir, [fake()], runs=3, seed=6, run_id="other")
 
     def order(run_id: str) -> list[list[str]]:
         recs = sorted(records(world, run_id), key=lambda r: r["order"])
@@ -90,7 +54,7 @@ def test_rounds_run_every_cell_once_in_a_shuffled_order_the_seed_repeats(world, 
 
 
 def test_the_baseline_asks_for_token_probabilities_and_the_others_do_not(world, models_dir):
-    run(world, models_dir, [engine()], runs=1)
+    run_demo(world, models_dir, [fake()], runs=1)
     for r in records(world):
         assert ("probs" in r) == (r["strategy"] == "baseline"), r["strategy"]
         if "probs" in r:
@@ -98,8 +62,8 @@ def test_the_baseline_asks_for_token_probabilities_and_the_others_do_not(world, 
 
 
 def test_a_server_that_exits_while_loading_is_a_recorded_failure_and_the_run_goes_on(world, models_dir):
-    eng = engine(exits=lambda labels: labels["specbench.strategy"] == "draft-simple")
-    out = run(world, models_dir, [eng])
+    eng = fake(exits=lambda labels: labels["specbench.strategy"] == "draft-simple")
+    out = run_demo(world, models_dir, [eng])
     assert f"{2 * CELLS - 4} ok, 4 failed" in out
     failed = [r for r in records(world) if r["status"] == "failed"]
     assert {r["strategy"] for r in failed} == {"draft-simple"}
@@ -114,14 +78,14 @@ def test_a_server_that_exits_while_loading_is_a_recorded_failure_and_the_run_goe
     ("bad-json", "connection to the server failed: JSONDecodeError"),
 ])
 def test_a_request_that_goes_wrong_is_a_recorded_failure_with_its_reason(world, models_dir, mode, reason):
-    out = run(world, models_dir, [engine(mode=mode)], runs=1, strategies=["ngram-mod"], tasks=["json-out"])
+    out = run_demo(world, models_dir, [fake(mode=mode)], runs=1, strategies=["ngram-mod"], tasks=["json-out"])
     assert "0 ok, 2 failed" in out  # ngram-mod and the baseline it needs
     for rec in records(world):
         assert rec["status"] == "failed" and reason in rec["failure"]["reason"], rec["failure"]
 
 
 def test_a_server_killed_mid_request_says_it_died(world, models_dir):
-    eng = engine()
+    eng = fake()
 
     def kill_on_second(e: FakeEngine, labels: dict, n: int) -> None:
         if n == 1:
@@ -138,7 +102,7 @@ def test_a_server_killed_mid_request_says_it_died(world, models_dir):
         return server
 
     eng._serve = serve  # type: ignore[method-assign]
-    out = run(world, models_dir, [eng], runs=1, strategies=["ngram-mod"], tasks=["json-out"])
+    out = run_demo(world, models_dir, [eng], runs=1, strategies=["ngram-mod"], tasks=["json-out"])
     assert "1 ok, 1 failed" in out
     failed = next(r for r in records(world) if r["status"] == "failed")
     assert failed["failure"]["reason"].startswith("server container exited during the request")
@@ -162,10 +126,10 @@ def _stop_at(n: int, how: str):
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "engine-lost"])
 @pytest.mark.parametrize("at", [0, 5, 2 * CELLS - 1])
 def test_a_run_stopped_at_any_measurement_keeps_what_it_finished_and_resumes(world, models_dir, how, at):
-    eng = engine(on_start=_stop_at(at, how))
+    eng = fake(on_start=_stop_at(at, how))
     lines: list[str] = []
     with pytest.raises(KitError) as e:
-        run(world, models_dir, [eng], lines)
+        run_demo(world, models_dir, [eng], lines)
     said = str(e.value)
     assert "resume" in said and "--resume fake" in said and "\n" not in said
     assert ("lost the Docker engine" in said) == (how == "engine-lost")
@@ -174,8 +138,8 @@ def test_a_run_stopped_at_any_measurement_keeps_what_it_finished_and_resumes(wor
     assert meta.status == "interrupted" and meta.interruptions[-1]["done"] == at == len(rd.measurements())
     assert eng.containers == []  # the running container was removed
     lines.clear()
-    again = engine()
-    out = run(world, models_dir, [again], lines, resume="fake")
+    again = fake()
+    out = run_demo(world, models_dir, [again], lines, resume="fake")
     assert f"{2 * CELLS - at} ok, 0 failed" + (f", {at} already recorded" if at else ";") in out
     if at:
         assert any(ln.startswith(f"resume: {at} of {2 * CELLS} measurements already recorded") for ln in lines)
@@ -187,7 +151,7 @@ def test_a_run_stopped_at_any_measurement_keeps_what_it_finished_and_resumes(wor
 
 
 def test_sigterm_mid_request_removes_the_running_container_and_records_nothing_of_it(world, models_dir):
-    eng = engine()
+    eng = fake()
 
     def on_start(e: FakeEngine, labels: dict, k: int) -> None:
         if k == 3:
@@ -205,15 +169,15 @@ def test_sigterm_mid_request_removes_the_running_container_and_records_nothing_o
 
     eng._serve = serve  # type: ignore[method-assign]
     with pytest.raises(KitError, match="interrupted; finished measurements are saved"):
-        run(world, models_dir, [eng])
+        run_demo(world, models_dir, [eng])
     assert len(records(world)) == 3 and eng.containers == [] and len(eng.started) == 4
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
 
 
 def test_resume_refuses_a_changed_manifest_and_removes_what_an_earlier_attempt_left(world, models_dir, tmp_path):
-    eng = engine(on_start=_stop_at(2, "ctrl-c"))
+    eng = fake(on_start=_stop_at(2, "ctrl-c"))
     with pytest.raises(KitError):
-        run(world, models_dir, [eng])
+        run_demo(world, models_dir, [eng])
     left = eng.leave({"specbench.run": "fake", "specbench.strategy": "baseline"})
     other = eng.leave({"specbench.run": "someone-else", "specbench.strategy": "baseline"})
     changed = write_manifest(tmp_path / "m", DEMO.read_text() + "\n# changed\n", "demo.yaml")
@@ -222,7 +186,7 @@ def test_resume_refuses_a_changed_manifest_and_removes_what_an_earlier_attempt_l
                    progress=False, log=lambda s: None)
     eng.on_start = None
     lines: list[str] = []
-    run(world, models_dir, [eng], lines, resume="fake")
+    run_demo(world, models_dir, [eng], lines, resume="fake")
     assert any(f"local: removing {left.short_id} left by an earlier attempt of run fake" in ln for ln in lines)
     assert left not in eng.containers and other in eng.containers  # another run's container is not ours
 
@@ -231,8 +195,8 @@ def test_resume_refuses_a_changed_manifest_and_removes_what_an_earlier_attempt_l
 
 
 def test_hosts_run_in_parallel_one_measurement_at_a_time_each(world, models_dir):
-    engines = [engine("a"), engine("b"), engine("c")]
-    out = run(world, models_dir, engines)
+    engines = [fake("a"), fake("b"), fake("c")]
+    out = run_demo(world, models_dir, engines)
     assert f"{3 * 2 * CELLS} ok, 0 failed" in out
     recs = records(world)
     assert Counter(r["host"] for r in recs) == {"a": 2 * CELLS, "b": 2 * CELLS, "c": 2 * CELLS}
@@ -246,14 +210,14 @@ def test_hosts_run_in_parallel_one_measurement_at_a_time_each(world, models_dir)
 
 @pytest.mark.parametrize("at", [0, 4])
 def test_a_host_lost_mid_run_stops_the_others_after_their_measurement_and_resume_finishes(world, models_dir, at):
-    a, b = engine("a"), engine("b", on_start=_stop_at(at, "engine-lost"))
+    a, b = fake("a"), fake("b", on_start=_stop_at(at, "engine-lost"))
     with pytest.raises(KitError, match=r"host b: lost mid-run \(ConnectionError: the engine went away\); finished "
                                        r"measurements are saved: resume with `invoke run --resume fake`"):
-        run(world, models_dir, [a, b])
+        run_demo(world, models_dir, [a, b])
     done = Counter(r["host"] for r in records(world))
     assert done["b"] == at and done["a"] < 2 * CELLS and a.containers == [] and b.containers == []
     assert RunDir.open(world / "r" / "fake").read_meta().status == "interrupted"
-    out = run(world, models_dir, [engine("a"), engine("b")], resume="fake")
+    out = run_demo(world, models_dir, [fake("a"), fake("b")], resume="fake")
     assert f"{sum(done.values())} already recorded" in out
     assert {r["measurement_id"] for r in records(world)} == planned_ids(world)
 
@@ -262,14 +226,14 @@ def test_the_hosts_must_hold_the_same_image(world, models_dir):
     other = FakeEngine("arm", images=[demo_image(trusted(DEMO).manifest, "sha256:" + "a" * 64, arch="arm64")])
     other.info = lambda: {**FakeEngine.info(other), "Architecture": "aarch64"}  # type: ignore[method-assign]
     with pytest.raises(KitError, match=r"the hosts need different images .* run each host in a run of its own"):
-        run(world, models_dir, [engine("x86"), other])
+        run_demo(world, models_dir, [fake("x86"), other])
 
 
 def test_no_build_names_the_host_without_the_image(world, models_dir):
     bare = FakeEngine("bare", images=[])
     with pytest.raises(KitError, match=r"no image of manifest demo-cpu's build .* on bare; run `invoke build "
                                        r"--manifest .* --host bare`, or drop --no-build"):
-        run(world, models_dir, [bare], build_missing=False)
+        run_demo(world, models_dir, [bare], build_missing=False)
     assert not (world / "r" / "fake").exists() and bare.started == []
 
 
@@ -277,8 +241,8 @@ def test_no_build_names_the_host_without_the_image(world, models_dir):
 
 
 def test_reuse_server_runs_one_server_per_strategy_labelled_naive(world, models_dir):
-    eng = engine()
-    out = run(world, models_dir, [eng], reuse_server=True)
+    eng = fake()
+    out = run_demo(world, models_dir, [eng], reuse_server=True)
     assert f"{2 * CELLS} ok" in out and len(eng.started) == len(STRATEGIES) and eng.containers == []
     recs = records(world)
     assert {r["protocol"] for r in recs} == {"reuse-server"}
@@ -288,27 +252,27 @@ def test_reuse_server_runs_one_server_per_strategy_labelled_naive(world, models_
 
 
 def test_reuse_server_that_cannot_start_fails_its_whole_group(world, models_dir):
-    out = run(world, models_dir, [engine(exits=lambda labels: labels["specbench.strategy"] == "ngram-mod")],
+    out = run_demo(world, models_dir, [fake(exits=lambda labels: labels["specbench.strategy"] == "ngram-mod")],
               reuse_server=True)
     assert f"{2 * CELLS - 4} ok, 4 failed" in out
     assert {r["strategy"] for r in records(world) if r["status"] == "failed"} == {"ngram-mod"}
 
 
 def test_other_runs_containers_are_named_once_per_host_and_recorded_with_each_measurement(world, models_dir):
-    eng = engine()
+    eng = fake()
     eng.leave({"specbench.run": "another-run", "specbench.strategy": "baseline"})
     lines: list[str] = []
-    run(world, models_dir, [eng], lines, runs=1)
+    run_demo(world, models_dir, [eng], lines, runs=1)
     warned = [ln for ln in lines if ln.startswith("warning (local):")]
     assert warned == ["warning (local): 1 container(s) of other kit runs exist (`invoke clean` removes them)"]
     assert all(r["quiet"]["kit_containers"] == 1 and r["quiet"]["busy"] for r in records(world))
 
 
 def test_a_busy_host_is_warned_about_from_its_own_load_and_cpu_count(world, models_dir):
-    eng = engine()
+    eng = fake()
     eng.read_host_file = lambda path: "3.50 2.00 1.00 3/100 1\n" if path == "/proc/loadavg" else \
         FakeEngine.read_host_file(eng, path)  # type: ignore[method-assign]
     lines: list[str] = []
-    run(world, models_dir, [eng], lines, runs=1)
+    run_demo(world, models_dir, [eng], lines, runs=1)
     assert "warning (local): load average 3.50 on 2 CPUs: the machine is busy" in lines
     assert all(r["quiet"]["load_average_1m"] == 3.5 for r in records(world))

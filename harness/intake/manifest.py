@@ -226,6 +226,8 @@ class Manifest:
     load_timeout_s: float
     request_timeout_s: float
     text: str = field(repr=False, compare=False, default="")
+    #: At most this many disturbed measurements are measured again per run (None: the kit's share of the plan).
+    retakes: int | None = None
 
     @property
     def folder(self) -> Path:
@@ -362,7 +364,8 @@ class _Builder:
             sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
             endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
             runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
-            request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text)
+            request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
+            retakes=raw.get("retakes"))
 
     def source(self) -> LlamaCppSource:
         lc = self.raw["llama_cpp"]

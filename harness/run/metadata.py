@@ -65,5 +65,5 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
         models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
         build=build, environment=environment,
         plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
-                      plan.hosts, len(plan.items), aa_control, until, max_rounds),
+                      plan.hosts, len(plan.items), aa_control, until, max_rounds, retake_cap=plan.retake_cap),
         bandwidth=bandwidth)

@@ -86,18 +86,23 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
-        max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True) -> str:
+        max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
+        retakes: int | None = None) -> str:
     """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
-    have run. The image runs code from the manifest's source: the task decided once whether it may
-    (harness/intake/trust.py), before any engine was reached."""
+    have run. At most `retakes` measurements that other work disturbed are measured again at the end of their round
+    (default: the manifest's, else 10% of the planned ones; run.json records the cap). The image runs code from the
+    manifest's source: the task decided once whether it may (harness/intake/trust.py), before any engine was
+    reached."""
     manifest = trusted.manifest
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
+    if retakes is not None and retakes < 0:
+        raise KitError(f"--retakes: expected 0 or more, got {retakes}")
     if resume:
         rd, meta = _resume(results_dir, resume, manifest)
         reuse_server = meta.protocol == "reuse-server"
@@ -110,7 +115,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     if meta is None:
         record = _image(trusted, engines, build_missing, log)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control)
+                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = models.ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
@@ -173,8 +178,9 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
-    executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress)
     meta = rd.read_meta()
+    executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
+                        seed=plan.shuffle_seed)
     for extra in meta.plan.extra_rounds:  # rounds an interrupted --until run had already decided on
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
@@ -186,6 +192,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
+            + (f", {counts['retakes']} of them retakes of disturbed measurements" if counts["retakes"] else "")
             + f"; results in {rd.path}")
 
 
@@ -211,5 +218,5 @@ def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], l
         rd.update_meta(plan=meta.plan)
         log(f"until ±{target:.0%}: round {last + 1} for {len(conv.pending)} cell(s) not converged yet")
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
-        for k in ("ok", "failed"):
+        for k in ("ok", "failed", "retakes"):
             counts[k] += more[k]

@@ -57,6 +57,8 @@ class PlanMeta:
     aa_control: bool = False
     until: float | None = None  # target relative half-width of every speedup interval (invoke run --until)
     max_rounds: int | None = None
+    #: At most this many disturbed measurements are measured again (None: a run made before retakes; none).
+    retake_cap: int | None = None
     #: Rounds added by --until beyond `runs`, each with the cells it runs ([host, strategy, task]), in order.
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
 
@@ -125,7 +127,7 @@ class RunMeta:
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
-                          max_rounds=obj["plan"].get("max_rounds"),
+                          max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", [])),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
