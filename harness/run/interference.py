@@ -30,10 +30,10 @@ A measurement is **disturbed** when other work used more than DISTURBED_CORES of
 window (others + steal), when a throttle counter rose, or when another compute process was on the GPU. The
 executor (harness/run/executor.py) measures a disturbed measurement again at the end of its round, up to the run's
 cap of retakes, keeping both records; the statistics (harness/analysis/stats.py) leave disturbed measurements out of
-every figure and name them in a warning; an adaptive run (`invoke run --until`) then measures more rounds. On a host where most measurements were disturbed
-(a shared machine busy throughout) they are kept instead, and the warning says the figures describe a busy
-machine. Nothing is down-weighted: a weight would need a model of how much a given disturbance slows a given
-server, which the kit does not have.
+every figure and name them in a warning; an adaptive run (`invoke run --until`) then measures more rounds. On a host
+where most measurements were disturbed (a shared machine busy throughout) they are kept instead, and the warning
+says the figures describe a busy machine. Nothing is down-weighted: a weight would need a model of how much a given
+disturbance slows a given server, which the kit does not have.
 """
 
 from __future__ import annotations
