@@ -315,8 +315,9 @@ CELLS = len(STRATEGIES) * len(TASKS)
 
 
 def fake(name: str = "local", **kwargs: Any) -> FakeEngine:
-    """A fake engine holding the demo's image."""
-    return FakeEngine(name, images=[demo_image(trusted(DEMO).manifest)], **kwargs)
+    """A fake engine holding the demo's image (or the `images` given)."""
+    kwargs.setdefault("images", [demo_image(trusted(DEMO).manifest)])
+    return FakeEngine(name, **kwargs)
 
 
 def run_demo(world: Path, models_dir: Path, engines: list[FakeEngine], lines: list[str] | None = None,

@@ -102,3 +102,4 @@ def test_only_the_hosts_room_speaks_docker():
                     isinstance(node.value, ast.Name) and node.value.id == "http"):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno} reaches for .client")
     assert bad == []
+
