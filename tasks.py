@@ -408,7 +408,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = pb.run(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
+            res = pb.measure(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")
 

@@ -156,7 +156,7 @@ def test_the_bandwidth_probe_reads_the_last_line_of_what_it_printed(world, backe
         return Finished(0, f"warming up\n{out}\n", "some noise on stderr\n")
 
     eng.run_container = run_container
-    rec = bandwidth.run(eng, "img:1", backend, "demo-cpu")
+    rec = bandwidth.measure(eng, "img:1", backend, "demo-cpu")
     assert rec["gbs"] == gbs and rec["host"] == "local" and bandwidth.latest("demo-cpu", "local")["gbs"] == gbs
     assert asked["gpu"] == (backend == "cuda") and asked["labels"] == {"specbench.role": "probe"}
     assert asked["command"][0] == ("specbench-probe-cuda" if backend == "cuda" else "specbench-probe")
@@ -166,7 +166,7 @@ def test_a_probe_that_fails_says_what_it_printed_on_stderr(world):
     eng = fake()
     eng.run_container = lambda *a, **kw: Finished(1, "", "probe: cannot allocate 256 MiB x 3\n")
     with pytest.raises(KitError, match=r"^probe failed on local: probe: cannot allocate 256 MiB x 3$"):
-        bandwidth.run(eng, "img:1", "cpu", "demo-cpu")
+        bandwidth.measure(eng, "img:1", "cpu", "demo-cpu")
 
 
 def test_the_cuda_version_check_falls_back_to_no_gpu_and_names_the_missing_driver():

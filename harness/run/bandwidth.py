@@ -17,7 +17,7 @@ def _path(manifest_name: str, host: str) -> Path:
     return CACHE / "probe" / f"{manifest_name}-{safe_name(host)}.json"
 
 
-def run(engine: Engine, image: str, backend: str, manifest_name: str, size_mib: int | None = None,
+def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_mib: int | None = None,
         repetitions: int | None = None) -> dict[str, Any]:
     """Run the probe in a container of `image` on the engine's host; save and return its record."""
     if backend == "cuda":
