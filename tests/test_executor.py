@@ -282,35 +282,36 @@ def test_a_busy_host_is_warned_about_from_its_own_load_and_cpu_count(world, mode
 
 
 def _steady(labels: dict) -> float:
-    """Every strategy at its own constant rate: speedups that hold round after round."""
-    return {"baseline": 2_000.0, "ngram-mod": 3_000.0, "draft-simple": 1_500.0}[labels["specbench.strategy"]]
+    """Every strategy at its own constant rate: speedups that hold round after round (slow enough that the
+    scheduling noise of a busy machine stays small beside a decode of tens of milliseconds)."""
+    return {"baseline": 600.0, "ngram-mod": 900.0, "draft-simple": 450.0}[labels["specbench.strategy"]]
 
 
 def _wild(labels: dict) -> float:
-    """draft-simple on json-out swings by a factor of four from round to round: its interval never closes."""
+    """draft-simple on json-out swings by a factor of eight from round to round: its interval never closes."""
     if (labels["specbench.strategy"], labels["specbench.task"]) == ("draft-simple", "json-out"):
-        return 4_000.0 if int(labels["specbench.run-index"]) % 2 else 1_000.0
+        return 2_400.0 if int(labels["specbench.run-index"]) % 2 else 300.0
     return _steady(labels)
 
 
 def test_until_adds_rounds_until_every_cell_converges(world, models_dir):
     lines: list[str] = []
-    out = run_demo(world, models_dir, [fake(speed=_steady)], lines, until=0.3, max_rounds=8)
+    out = run_demo(world, models_dir, [fake(speed=_steady)], lines, until=0.5, max_rounds=8)
     meta = RunDir.open(world / "r" / "fake").read_meta()
     rounds = {r["round"] for r in records(world)}
     assert rounds == set(range(1, 6))  # 2 planned, then rounds up to the fewest a cell may converge with (5)
-    assert [x["round"] for x in meta.plan.extra_rounds] == [3, 4, 5] and meta.plan.until == 0.3
-    assert "until ±30%: every cell converged after 5 rounds" in lines and f"{5 * CELLS} ok" in out
+    assert [x["round"] for x in meta.plan.extra_rounds] == [3, 4, 5] and meta.plan.until == 0.5
+    assert "until ±50%: every cell converged after 5 rounds" in lines and f"{5 * CELLS} ok" in out
 
 
 def test_until_stops_at_the_round_cap_and_names_the_cells_that_did_not_converge(world, models_dir):
     lines: list[str] = []
-    run_demo(world, models_dir, [fake(speed=_wild)], lines, until=0.3, max_rounds=6)
+    run_demo(world, models_dir, [fake(speed=_wild)], lines, until=0.5, max_rounds=6)
     recs = records(world)
     assert max(r["round"] for r in recs) == 6
     later = {(r["strategy"], r["task"]) for r in recs if r["round"] == 6}
     assert later == {("draft-simple", "json-out"), ("baseline", "json-out")}  # the open cell and its baseline
-    said = next(ln for ln in lines if ln.startswith("until ±30%: 1 cell(s) did not converge in 6 rounds"))
+    said = next(ln for ln in lines if ln.startswith("until ±50%: 1 cell(s) did not converge in 6 rounds"))
     assert "draft-simple/json-out ±" in said
 
 
@@ -320,7 +321,7 @@ def test_an_interrupted_until_run_resumes_the_rounds_it_had_decided_on(world, mo
             raise KeyboardInterrupt
 
     with pytest.raises(KitError, match="interrupted"):
-        run_demo(world, models_dir, [fake(speed=_wild, on_start=stop_in_round_four)], until=0.3, max_rounds=5)
+        run_demo(world, models_dir, [fake(speed=_wild, on_start=stop_in_round_four)], until=0.5, max_rounds=5)
     meta = RunDir.open(world / "r" / "fake").read_meta()
     assert [x["round"] for x in meta.plan.extra_rounds] == [3, 4] and meta.status == "interrupted"
     lines: list[str] = []
