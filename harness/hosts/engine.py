@@ -162,7 +162,7 @@ class Engine:
 
     # -- containers
     def start_server(self, image: str, command: list[str], mounts: list[Mount], labels: dict[str, str],
-                     gpu: bool = False, name: str | None = None):
+                     gpu: bool = False, name: str | None = None) -> Container:
         volumes = {str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}
         kwargs: dict[str, Any] = {}
         if gpu:
@@ -204,26 +204,26 @@ class Engine:
         finally:
             ctr.remove(force=True)
 
-    def status(self, container) -> str:
+    def status(self, container: Container) -> str:
         try:
             container.reload()
             return container.status
         except docker.errors.NotFound:
             return "removed"
 
-    def exit_code(self, container) -> int | None:
+    def exit_code(self, container: Container) -> int | None:
         try:
             return container.attrs.get("State", {}).get("ExitCode")
         except Exception:  # noqa: BLE001 - a vanished container has no exit code
             return None
 
-    def logs(self, container, tail: int = 30) -> str:
+    def logs(self, container: Container, tail: int = 30) -> str:
         try:
             return container.logs(tail=tail, stdout=True, stderr=True).decode("utf-8", "replace")
         except (docker.errors.APIError, requests.exceptions.RequestException):
             return ""
 
-    def container_pid(self, container) -> int | None:
+    def container_pid(self, container: Container) -> int | None:
         """The host pid of the container's first process (None when it has none, or has gone)."""
         pid = (container.attrs.get("State") or {}).get("Pid")
         if not pid:  # attrs taken before the start (containers.run) have no pid yet
@@ -234,7 +234,7 @@ class Engine:
                 pid = None
         return pid or None
 
-    def container_pids(self, container) -> set[int]:
+    def container_pids(self, container: Container) -> set[int]:
         """Host pids of every process in the container (`docker top`); empty when they cannot be read."""
         try:
             top = container.top()
@@ -243,7 +243,7 @@ class Engine:
         except Exception:  # noqa: BLE001 - a container that has gone has no processes
             return set()
 
-    def exec_in(self, container, argv: list[str]) -> tuple[int, str]:
+    def exec_in(self, container: Container, argv: list[str]) -> tuple[int, str]:
         """Run a command inside a running container; (exit code, output). A container that has gone, or an
         engine that refuses, answers (-1, "")."""
         try:
@@ -252,7 +252,7 @@ class Engine:
             return -1, ""
         return code, out.decode("utf-8", "replace")
 
-    def memory_peak(self, container) -> int | None:
+    def memory_peak(self, container: Container) -> int | None:
         """Peak memory of the container in bytes (cgroup v1 max_usage or v2 memory.peak), read inside it: the
         engine's stats endpoint waits for its next 1 s sample, which would dominate a short measurement."""
         try:
@@ -264,7 +264,7 @@ class Engine:
             pass
         return None
 
-    def remove(self, container) -> None:
+    def remove(self, container: Container) -> None:
         """Stop and remove a container; a container already gone is fine."""
         try:
             container.remove(force=True)
@@ -274,7 +274,7 @@ class Engine:
             if "already in progress" not in str(e):
                 raise
 
-    def kit_containers(self, run_id: str | None = None, helpers: bool = False) -> list:
+    def kit_containers(self, run_id: str | None = None, helpers: bool = False) -> list[Container]:
         """Containers the kit labelled, optionally of one run, running or not; with `helpers`, also its
         short-lived ones (version check, probe). A container removed between the listing and its inspection (by
         another run or host on the same engine) is left out, not an error."""
