@@ -4,6 +4,8 @@ interference measurement call a chosen measurement disturbed."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import subprocess
 import sys
@@ -164,3 +166,24 @@ def test_each_host_retakes_its_own_and_the_cap_is_shared(world, models_dir):
         run_id="both", retakes=5)
     assert sorted(r["retake_of"] for r in records(world, "both") if "retake_of" in r) == \
         ["a/ngram-mod/json-out/1", "b/baseline/code-gen/1"]
+
+
+def test_a_retake_is_the_same_cell_run_and_round_under_its_own_id():
+    m = trusted(DEMO).manifest
+    first = pl.make_plan(m, ["local"], runs=2, shuffle_seed=4).items[7]
+    again = first.retake()
+    assert (again.cell, again.run_index, again.round, again.host) == (first.cell, first.run_index, first.round, "local")
+    assert again.measurement_id == first.measurement_id + "/retake" and again.retake_of == first.measurement_id
+    assert first.retake_of is None
+
+
+def test_run_json_keeps_the_cap_and_older_runs_read_as_before(tmp_path):
+    old = RunDir.open(ROOT / "results" / "demo-cpu").read_meta()
+    assert old.plan.retake_cap is None  # made before retakes: none were taken
+    gemma = RunDir.open(ROOT / "results" / "real-gemma3-270m").read_meta()
+    assert [t.id for t in gemma.tasks if t.perturbation] == ["en-prose-probe"]  # its run.json says `probe: true`
+    rd = RunDir(tmp_path)
+    rd.write_meta(dataclasses.replace(old, plan=dataclasses.replace(old.plan, retake_cap=7)))
+    again = rd.read_meta()
+    assert again.plan.retake_cap == 7 and again.to_json()["plan"]["retake_cap"] == 7
+    assert json.loads((tmp_path / "run.json").read_text())["tasks"][0]["perturbation"] is False
