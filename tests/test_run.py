@@ -26,9 +26,15 @@ def _records(run_dir):
     return RunDir.open(run_dir).measurements()
 
 
+def _first_takes(recs):
+    """The planned measurements, without the retakes of disturbed ones (a busy machine makes some)."""
+    return [r for r in recs if "retake_of" not in r]
+
+
 def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     recs = _records(demo_run)
-    assert len(recs) == 12 * 8 * 2
+    assert len(_first_takes(recs)) == 12 * 8 * 2
+    assert len(recs) - 12 * 8 * 2 <= RunDir.open(demo_run).read_meta().plan.retake_cap == 12 * 8 * 2 // 10
     for r in recs:
         assert schema.errors("result", r) == []
         assert r["status"] == "ok", r.get("failure")
@@ -66,7 +72,7 @@ def test_every_measurement_in_its_own_container_and_none_left(demo_run, docker_c
 def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
     recs = sorted(_records(demo_run), key=lambda r: r["order"])
     rounds = {}
-    for r in recs:
+    for r in _first_takes(recs):
         rounds.setdefault(r["round"], []).append(f"{r['strategy']}/{r['task']}")
     assert set(rounds) == {1, 2}
     assert sorted(rounds[1]) == sorted(rounds[2]) and len(rounds[1]) == 12 * 8
@@ -181,12 +187,12 @@ def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):
     res = subprocess.run([*args[:-3], "--resume", "int", "--no-progress"], capture_output=True, text=True, env=env,
                          timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{len(first)} already recorded" in res.stdout
+    assert f"{len(_first_takes(first))} already recorded" in res.stdout
     final = _records(tmp_path / "r" / "int")
     ids = [r["measurement_id"] for r in final]
-    assert len(ids) == 4 * 3 * 2 == len(set(ids))
+    assert len(_first_takes(final)) == 4 * 3 * 2 and len(ids) == len(set(ids))
     assert [r["measurement_id"] for r in final[: len(first)]] == [r["measurement_id"] for r in first]
-    assert sorted(r["order"] for r in final) == list(range(24))
+    assert sorted(r["order"] for r in final) == list(range(len(final)))
     assert LocalEngine().kit_containers("int") == []
     assert json.loads((tmp_path / "r" / "int" / "run.json").read_text())["status"] == "complete"
 

@@ -149,8 +149,8 @@ class Executor:
         self._retakes = Retakes(self.retake_cap, seed)
 
     def execute(self, items: list[Planned]) -> dict[str, int]:
-        """Run every item not yet in the run folder, and the retakes its rounds owe. Returns counts (ok, failed,
-        skipped; retakes among ok and failed)."""
+        """Run every item not yet in the run folder, and the retakes its rounds owe. Returns counts: ok, failed and
+        skipped of the items, and the retakes made."""
         known = self.rd.measurements()
         done = self._done = {r["measurement_id"] for r in known}
         self._retakes = Retakes(self.retake_cap, self.seed)
@@ -218,8 +218,7 @@ class Executor:
         with self._lock:
             rec["order"] = next(self._order)
             self.rd.append(rec)
-            counts[rec["status"]] += 1
-            counts["retakes"] += "retake_of" in rec
+            counts["retakes" if "retake_of" in rec else rec["status"]] += 1
             progress.done(rec)
         self._retakes.note(rec)
 

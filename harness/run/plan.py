@@ -18,7 +18,8 @@ from harness.models import gguf_facts, preflight
 
 #: A plan larger than this is a mistake (a run of a few seconds per measurement would take weeks).
 MAX_MEASUREMENTS = 100_000
-#: The share of a plan's measurements that may be retaken when other work disturbed them (`--retakes` overrides).
+#: At most this share of a plan's measurements is retaken when other work disturbed them, rounded down (a run of
+#: fewer than ten measurements takes none unless asked; `--retakes` overrides).
 RETAKE_SHARE = 0.10
 
 
@@ -142,7 +143,7 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
         raise KitError(f"the plan has {total:,} measurements; at most {MAX_MEASUREMENTS:,} (fewer runs or a subset)")
     plan.add_rounds(1, runs)
     retakes = retakes if retakes is not None else manifest.retakes
-    plan.retake_cap = retakes if retakes is not None else math.ceil(RETAKE_SHARE * len(plan.items))
+    plan.retake_cap = retakes if retakes is not None else math.floor(RETAKE_SHARE * len(plan.items))
     return plan
 
 

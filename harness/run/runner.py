@@ -192,7 +192,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
-            + (f", {counts['retakes']} of them retakes of disturbed measurements" if counts["retakes"] else "")
+            + (f", {counts['retakes']} disturbed measurement(s) measured again" if counts["retakes"] else "")
             + f"; results in {rd.path}")
 
 
