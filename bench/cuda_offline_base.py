@@ -9,6 +9,7 @@ them for the CPU image anyway (about 75 s with debootstrap, see DESIGN.md)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ SMOKE_TREE = ROOT / "tests" / "data" / "llama-cuda-smoke"
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     engine = LocalEngine(connect(timeout=3600))
     arch = cuda_base.arch_of(engine)
     figures: dict = {"arch": arch, "cpus": engine.info().get("NCPU")}

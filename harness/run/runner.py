@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.analysis import stats
+from harness.analysis import convergence as cv
+from harness.analysis.records import CellIndex, CellKey
 from harness.files import display_path
 from harness.hosts import environment
 from harness.hosts.engine import Engine, LocalEngine
@@ -87,16 +88,17 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
-        retakes: int | None = None) -> str:
+        retakes: int | None = None, extend: Extender | None = None) -> str:
     """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
-    have run. At most `retakes` measurements that other work disturbed are measured again at the end of their round
-    (default: the manifest's, else 10% of the planned ones; run.json records the cap). The image runs code from the
-    manifest's source: the task decided once whether it may (harness/intake/trust.py), before any engine was
-    reached."""
+    have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
+    the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed are
+    measured again at the end of their round (default: the manifest's, else 10% of the planned ones; run.json
+    records the cap). The image runs code from the manifest's source: the task decided once whether it may
+    (harness/intake/trust.py), before any engine was reached."""
     manifest = trusted.manifest
     meta = None
     if until is not None and not 0 < until < 1:
@@ -121,7 +123,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
                                  strategies=[s.id for s in plan.strategies])
     for e in engines:
         require_ready(e, manifest, models_dir)
-    if until is not None:
+    if until is not None or extend is not None:
         max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
@@ -136,7 +138,32 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
                                _bandwidth(manifest, engines), until, max_rounds, aa_control)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
-    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress)
+    if extend is None and until is not None:
+        extend = converge(until)
+    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress, extend,
+                    max_rounds or DEFAULT_MAX_ROUNDS)
+
+
+#: Decides a run's next round after its planned ones: the cells to run and a line saying why, or None when done
+#: (with the line saying how it ended). Called with the run folder and the rounds run so far.
+Extender = Callable[[RunDir, int], tuple[list[CellKey] | None, str]]
+
+
+def converge(target: float) -> Extender:
+    """`--until`: the next round runs the cells whose speedup interval is still wider than `target`, and their
+    baselines (harness/analysis/convergence.py)."""
+    def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
+        meta = rd.read_meta()
+        conv = cv.convergence(CellIndex(rd.measurements()), {s.id: s.baseline for s in meta.planned_strategies()},
+                              target)
+        if conv.done:
+            return None, f"until ±{target:.0%}: every cell converged after {last} rounds"
+        open_cells = ", ".join(f"{c.key.strategy}/{c.key.task}" + (f" ±{c.half_width:.0%}"
+                                                                    if c.half_width is not None else "")
+                               for c in conv.cells if not c.converged)
+        return conv.to_run, (f"until ±{target:.0%}: {len(conv.pending)} cell(s) not converged after {last} rounds: "
+                             f"{open_cells}")
+    return decide
 
 
 def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
@@ -173,7 +200,7 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
-             progress: bool) -> str:
+             progress: bool, extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS) -> str:
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
@@ -185,8 +212,8 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
         counts = executor.execute(plan.items)
-        if meta.plan.until is not None:
-            _until(plan, executor, rd, counts, log)
+        if extend is not None:
+            _extend(plan, executor, rd, counts, log, extend, cap)
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
@@ -196,27 +223,23 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             + f"; results in {rd.path}")
 
 
-def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
-    """Add rounds of the cells whose speedup interval is still wider than the target (and their baselines), one
-    round at a time, until every cell has converged or the round cap is reached; name the cells that did not."""
-    meta = rd.read_meta()
-    target, cap = meta.plan.until, meta.plan.max_rounds or DEFAULT_MAX_ROUNDS
-    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None],
+            decide: Extender, cap: int) -> None:
+    """Add rounds after the planned ones, one at a time, of the cells `decide` names, until it says done or the
+    round cap is reached; the rounds are recorded in run.json first, so a resumed run replays them."""
     while True:
-        conv = stats.convergence(rd.measurements(), baselines, target)
         last = max((i.round for i in plan.items), default=0)
-        if conv.done:
-            log(f"until ±{target:.0%}: every cell converged after {last} rounds")
+        cells, why = decide(rd, last)
+        if cells is None:
+            log(why)
             return
         if last >= cap:
-            open_cells = ", ".join(f"{c.strategy}/{c.task}" + (f" ±{c.half_width:.0%}" if c.half_width is not None
-                                                                else "") for c in conv.cells if not c.converged)
-            log(f"until ±{target:.0%}: {len(conv.pending)} cell(s) did not converge in {cap} rounds: {open_cells}")
+            log(f"{why}; stopped at the cap of {cap} rounds")
             return
-        cells = [list(k) for k in conv.to_run]
-        meta.plan.extra_rounds.append({"round": last + 1, "cells": cells})
+        meta = rd.read_meta()
+        meta.plan.extra_rounds.append({"round": last + 1, "cells": [list(k) for k in cells]})
         rd.update_meta(plan=meta.plan)
-        log(f"until ±{target:.0%}: round {last + 1} for {len(conv.pending)} cell(s) not converged yet")
+        log(f"{why}; round {last + 1} for {len(cells)} cell(s)")
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
         for k in ("ok", "failed", "retakes"):
             counts[k] += more[k]
