@@ -311,8 +311,8 @@ def test_until_stops_at_the_round_cap_and_names_the_cells_that_did_not_converge(
     assert max(r["round"] for r in recs) == 6
     later = {(r["strategy"], r["task"]) for r in recs if r["round"] == 6}
     assert later == {("draft-simple", "json-out"), ("baseline", "json-out")}  # the open cell and its baseline
-    said = next(ln for ln in lines if ln.startswith("until ±50%: 1 cell(s) did not converge in 6 rounds"))
-    assert "draft-simple/json-out ±" in said
+    said = next(ln for ln in lines if ln.startswith("until ±50%: 1 cell(s) not converged after 6 rounds"))
+    assert "draft-simple/json-out ±" in said and said.endswith("stopped at the cap of 6 rounds")
 
 
 def test_an_interrupted_until_run_resumes_the_rounds_it_had_decided_on(world, models_dir):
@@ -328,4 +328,4 @@ def test_an_interrupted_until_run_resumes_the_rounds_it_had_decided_on(world, mo
     run_demo(world, models_dir, [fake(speed=_wild)], lines, resume="fake")
     recs = records(world)
     assert max(r["round"] for r in recs) == 5 and len({r["measurement_id"] for r in recs}) == len(recs)
-    assert any("did not converge in 5 rounds" in ln for ln in lines)
+    assert any(ln.endswith("stopped at the cap of 5 rounds") for ln in lines)
