@@ -32,8 +32,9 @@ def test_prompt_sets_and_perturbation_through_the_kit(tmp_path, demo_image, mode
     shutil_copy = (ROOT / "manifests" / "tasks" / "en-prose-probe-no-outline.md").read_text()
     path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "sets.yaml")
     (tmp_path / "tasks" / "en-prose-probe-no-outline.md").write_text(shutil_copy)
+    # counted figures below: no retakes of disturbed measurements (tests/test_retakes.py has those)
     out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="sets", seed=2,
-                     progress=False, log=lambda s: None)
+                     progress=False, log=lambda s: None, retakes=0)
     assert "16 ok, 0 failed" in out
     rd = RunDir.open(tmp_path / "r" / "sets")
     recs = rd.measurements()
