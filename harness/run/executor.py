@@ -17,6 +17,7 @@ from typing import Any
 
 from harness import KitError
 from harness.files import now_iso
+from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
 from harness.run.protocol import Context
@@ -54,7 +55,8 @@ class Progress:
             self.bar = tqdm(total=total, unit="meas", dynamic_ncols=True, leave=True)
 
     def say(self, msg: str) -> None:
-        (self.bar.write if self.bar is not None else self.log)(msg)
+        """A line for the terminal; failure reasons and warnings quote the server's log: escapes shown."""
+        (self.bar.write if self.bar is not None else self.log)(console(msg))
 
     def more(self, n: int) -> None:
         """n measurements more than planned (retakes)."""
