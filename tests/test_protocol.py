@@ -10,6 +10,7 @@ import yaml
 
 from harness import schema
 from harness.hosts.devices import Access
+from harness.hosts.engine import container_options
 from harness.intake import manifest as mf
 from harness.run import plan as pl
 from harness.run.client import MeasurementFailed
@@ -30,7 +31,7 @@ def test_server_command_binds_loopback_and_mounts_only_its_models():
     assert "--spec-draft-n-max" in cmd
     spec = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, Access("cpu"))
     assert [m.container_path for m in spec.mounts] == ["/models/target/tiny-target.gguf"]
-    assert spec.access.container_kwargs() == {} and "-lv" not in spec.command
+    assert container_options(spec.access) == {} and "-lv" not in spec.command
     # a GPU backend's server logs its load lines (device, layers, buffers), before the kit's own flags
     gpu = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, Access("vulkan"))
     assert gpu.command[-7:] == ["-lv", "4", "--host", "127.0.0.1", "--port", "1", "--no-webui"]

@@ -17,7 +17,7 @@ from harness.image.source import CACHE
 from harness.intake import manifest as mf
 from harness.run import bandwidth, doctor, runner
 from harness.store.rundir import RunDir
-from tests.conftest import VULKAN, VULKAN_STRATEGIES, VULKAN_TASKS, write_manifest
+from tests.conftest import VULKAN, VULKAN_STRATEGIES, VULKAN_TASKS, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -124,7 +124,7 @@ def test_probe_measures_the_device_through_llama_cpp_and_physics_uses_it(vulkan_
         rec = bandwidth.probe_host(LocalEngine(docker_client), m, vulkan_image, size_mib=64)
         assert rec["kind"] == "ggml-copy" and rec["gbs"] > 0.1
         assert rec["raw"]["backend"] == "Vulkan" and "llvmpipe" in rec["device"]
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
+        runner.run(trusted(m), results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
                    log=lambda s: None)
         run = RunDir.open(tmp_path / "r" / "p")
         assert run.read_meta().bandwidth["device"] == rec["device"]

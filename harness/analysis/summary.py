@@ -123,7 +123,8 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "interference": interference_summary(index, meta.plan.hosts),
         "rules": {"speedup": words.speedup_rule(),
                   "contamination": words.contamination_rule(),
-                  "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE)},
+                  "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE,
+                                                               meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
     }
@@ -174,7 +175,7 @@ def sensitivity(index: CellIndex, meta: RunMeta) -> list[dict[str, Any]]:
     output's agreement with the reference's (common prefix in tokens), and the speedup against the baseline."""
     out = []
     for t in meta.planned_tasks():
-        if not t.probe:
+        if not t.perturbation:
             continue
         ref = t.prompts[0].id
         for host in meta.plan.hosts:

@@ -19,11 +19,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import docker.errors
-
-import docker
 from harness import LABEL_PREFIX, KitError
-from harness.hosts.engine import Engine
+from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 from harness.hosts.environment import nvidia_smi
 
 GPU_BACKENDS = ("cuda", "vulkan")
@@ -51,27 +48,12 @@ class Access:
     #: named volumes: (volume, path in the container), mounted read-write
     volumes: tuple[tuple[str, str], ...] = ()
 
-    def container_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the Docker SDK's containers.run/create."""
-        kw: dict[str, Any] = {}
-        if self.volumes:
-            kw["volumes"] = {v: {"bind": path, "mode": "rw"} for v, path in self.volumes}
-        if self.gpu_request:
-            kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        if self.nodes:
-            kw["devices"] = [f"{n}:{n}:rwm" for n in self.nodes]
-        if self.groups:
-            kw["group_add"] = [str(g) for g in self.groups]
-        if self.environment:
-            kw["environment"] = dict(self.environment)
-        return kw
-
-    def with_visible(self, index: int | None) -> Access:
-        """The same access, telling llama.cpp's Vulkan backend to use the device of this index (None: its own
-        choice, the GPUs)."""
+    def with_visible(self, index: int | list[int] | None) -> Access:
+        """The same access, telling llama.cpp's Vulkan backend to use the device of this index, or these (None: its
+        own choice, the GPUs)."""
         env = tuple((k, v) for k, v in self.environment if k != VISIBLE_ENV)
         if index is not None:
-            env += ((VISIBLE_ENV, str(index)),)
+            env += ((VISIBLE_ENV, ",".join(map(str, index)) if isinstance(index, list) else str(index)),)
         return Access(self.backend, self.gpu_request, self.nodes, self.groups, env, self.volumes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -184,25 +166,17 @@ def parse_vulkan_devices(text: str) -> list[Device]:
 def vulkan_devices(engine: Engine, image: str, acc: Access) -> list[Device]:
     """Every Vulkan device the image sees on the engine's host, given the backend's access (software ones too)."""
     try:
-        ctr = engine.client.containers.create(image, [DEVICE_LIST], entrypoint=[], network_mode="none",
-                                              labels={f"{LABEL_PREFIX}.role": "devices"},
-                                              **acc.with_visible(None).container_kwargs())
-    except docker.errors.ImageNotFound:
+        done = engine.run_container(image, [DEVICE_LIST], {f"{LABEL_PREFIX}.role": "devices"},
+                                    access=acc.with_visible(None), entrypoint=[], timeout=120)
+    except ImageMissing:
         raise KitError(f"image {image} is not on {engine.name}; run `invoke build --backend vulkan` first") from None
-    except docker.errors.APIError as e:
-        raise KitError(f"cannot create a container of {image} on {engine.name} with {acc.describe()}: "
-                       f"{e.explanation or e}") from None
-    try:
-        ctr.start()
-        code = ctr.wait(timeout=120)["StatusCode"]
-        out = ctr.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-    except docker.errors.APIError as e:
-        raise KitError(f"cannot list the Vulkan devices of {image} on {engine.name}: {e.explanation or e}") from None
-    finally:
-        ctr.remove(force=True)
-    if code != 0:
-        raise KitError(f"{DEVICE_LIST} in {image} exited {code} on {engine.name}: {out.strip()[-200:]}")
-    return parse_vulkan_devices(out)
+    except EngineRefused as e:
+        raise KitError(f"cannot list the Vulkan devices of {image} on {engine.name} with {acc.describe()}: "
+                       f"{e}") from None
+    if done.exit_code != 0:
+        raise KitError(f"{DEVICE_LIST} in {image} exited {done.exit_code} on {engine.name}: "
+                       f"{done.text.strip()[-200:]}")
+    return parse_vulkan_devices(done.stdout)
 
 
 def from_nvidia_smi(gpus: list[dict[str, Any]]) -> list[Device]:

@@ -9,11 +9,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import docker.errors
-
 from harness import LABEL_PREFIX, KitError
 from harness.hosts import devices
-from harness.hosts.engine import Engine
+from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 
 #: One device in `llama-server --list-devices`: "  Vulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (24105 MiB, 24105 MiB
 #: free)"
@@ -54,30 +52,23 @@ def listed_devices(output: str) -> list[str]:
 
 def list_devices(engine: Engine, image: str, acc: devices.Access, indices: list[int]) -> str:
     """`llama-server --list-devices` in the image with these Vulkan devices made visible; its output."""
-    kwargs = acc.container_kwargs()
-    kwargs["environment"] = {**kwargs.get("environment", {}),
-                             devices.VISIBLE_ENV: ",".join(str(i) for i in indices)}
     try:
-        ctr = engine.client.containers.create(image, ["llama-server", "--list-devices"], entrypoint=[],
-                                              network_mode="none", labels={f"{LABEL_PREFIX}.role": "devices"},
-                                              **kwargs)
-    except docker.errors.ImageNotFound:
+        done = engine.run_container(image, ["llama-server", "--list-devices"], {f"{LABEL_PREFIX}.role": "devices"},
+                                    access=acc.with_visible(indices), entrypoint=[], timeout=120)
+    except ImageMissing:
         raise KitError(f"image {image} is not on {engine.name}; run `invoke build --backend vulkan` first") from None
-    try:
-        ctr.start()
-        ctr.wait(timeout=120)
-        return ctr.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-    finally:
-        ctr.remove(force=True)
+    except EngineRefused as e:
+        raise KitError(f"cannot list the devices of {image} on {engine.name}: {e}") from None
+    return done.text
 
 
 def inspect(engine: Engine, image: str) -> VulkanImageReport:
     """The Vulkan devices the image sees on the engine's host, and what its llama-server lists of them."""
     acc = devices.access(engine, "vulkan")
-    try:
-        size = int(engine.client.images.get(image).attrs.get("Size") or 0)
-    except docker.errors.ImageNotFound:
-        raise KitError(f"image {image} is not on {engine.name}; run `invoke build --backend vulkan` first") from None
+    img = engine.image(image)
+    if img is None:
+        raise KitError(f"image {image} is not on {engine.name}; run `invoke build --backend vulkan` first")
+    size = img.size
     problems: list[str] = []
     try:
         found = devices.vulkan_devices(engine, image, acc)

@@ -187,7 +187,8 @@ class Task:
     id: str
     prompts: tuple[Prompt, ...]
     n_predict: int
-    probe: bool = False  # a perturbation probe: prompts[0] is the reference, the others its variants
+    #: A perturbation task: prompts[0] is the reference, the others its variants (a phrase added or removed).
+    perturbation: bool = False
 
     def prompt(self, prompt_id: str | None = None) -> str:
         return self.get_prompt(prompt_id).text()
@@ -226,6 +227,8 @@ class Manifest:
     load_timeout_s: float
     request_timeout_s: float
     text: str = field(repr=False, compare=False, default="")
+    #: At most this many disturbed measurements are measured again per run (None: the kit's share of the plan).
+    retakes: int | None = None
 
     @property
     def folder(self) -> Path:
@@ -362,7 +365,8 @@ class _Builder:
             sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
             endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
             runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
-            request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text)
+            request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
+            retakes=raw.get("retakes"))
 
     def source(self) -> LlamaCppSource:
         lc = self.raw["llama_cpp"]
@@ -519,10 +523,13 @@ class _Builder:
             if len(set(ids)) != len(ids):
                 dup = next(x for x in ids if ids.count(x) > 1)
                 raise self.fail(f"{fp}.prompts", f"two prompts have the id {dup!r}; give each an id")
-            if t.get("probe") and len(prompts) < 2:
-                raise self.fail(f"{fp}.probe", "a probe compares variants with its first prompt: give at least two "
-                                "prompts")
-            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get("probe", False))))
+            key = "perturbation" if "perturbation" in t else "probe"  # `probe` is the key's older name
+            if "perturbation" in t and "probe" in t and bool(t["probe"]) != bool(t["perturbation"]):
+                raise self.fail(f"{fp}.probe", "the older name of perturbation says otherwise: give one of them")
+            if t.get(key) and len(prompts) < 2:
+                raise self.fail(f"{fp}.{key}", "a perturbation task compares variants with its first prompt: give at "
+                                "least two prompts")
+            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
         return tuple(out)
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
