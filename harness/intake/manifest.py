@@ -7,8 +7,6 @@ llama-server flags pass an allow-list (harness/intake/flags.py)."""
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,6 +16,7 @@ from harness import KitError, schema
 from harness.files import display_path, file_sha256
 from harness.intake import flags
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
+from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
 
 #: Strategies of these types load a second model with -md.
@@ -269,37 +268,6 @@ class Manifest:
         only = None if strategy_ids is None else set(strategy_ids)
         used = [k for s in self.strategies if only is None or s.id in only for k in s.model_keys()]
         return [self.models[k] for k in dict.fromkeys(used)]
-
-
-def model_location(manifest: Manifest, model: ModelFile, models_dir: Path) -> Path:
-    """Where a model file is, or will be written: a plain name in the models folder, a path with a slash in the
-    manifest's folder. A file that is there is returned resolved, after checking that every symlink on the way
-    stays inside that folder and that it is a regular file (not a folder, FIFO or device); one line otherwise."""
-    slash = model.path is not None
-    root = Path(os.path.realpath(manifest.folder if slash else models_dir))
-    place = "the manifest's folder" if slash else "the models folder"
-    lexical = (manifest.folder / model.file) if slash else Path(models_dir) / model.file
-    field = f"{display_path(manifest.path)}: models.{model.key}.file"
-    if not os.path.lexists(lexical):
-        # Not there yet: the folders on the way must still resolve inside (it is written there).
-        if not Path(os.path.realpath(lexical)).is_relative_to(root):
-            raise KitError(f"{field}: {display_path(lexical)} would land outside {place} {display_path(root)} "
-                           "(a folder on the way is a symlink out of it)")
-        return lexical
-    try:
-        real = Path(os.path.realpath(lexical, strict=True))
-        mode = os.stat(real).st_mode
-    except (OSError, RuntimeError) as e:
-        raise KitError(f"{field}: {display_path(lexical)} cannot be resolved ({e.strerror or e}: a symlink loop "
-                       "or a link to nothing?)") from None
-    if not real.is_relative_to(root):
-        raise KitError(f"{field}: {display_path(lexical)} is a link to {real}, outside {place} {display_path(root)}; "
-                       "only files inside it are mounted (copy or hard-link the file there, or point --models-dir "
-                       "at its folder)")
-    if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise KitError(f"{field}: {display_path(lexical)} is {kind}, expected a regular model file")
-    return real
 
 
 def load(path: str | Path, *, check_files: bool = True) -> Manifest:
