@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from harness.analysis import checks, stats
+from harness.analysis import checks, stats, tuning
 from harness.models import passbytes
 from harness.schema import FORMAT_VERSIONS
 from harness.store.rundir import RunDir
@@ -122,7 +122,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "rules": RULES,
         "convergence": _convergence(meta, records, baselines),
         "sensitivity": sensitivity(records, meta),
-    }
+    } | tuning.summary(meta, records)
 
 
 def _by_prompt_round(recs: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:

@@ -12,7 +12,7 @@ from typing import Any
 import docker.errors
 
 from harness import LABEL_PREFIX, KitError
-from harness.analysis import stats
+from harness.analysis import stats, sweep
 from harness.hosts import environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images
@@ -24,7 +24,7 @@ from harness.run import bandwidth as probe
 from harness.run import metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
-from harness.run.plan import Plan, make_plan
+from harness.run.plan import Plan, confirm_rounds, make_plan
 from harness.run.protocol import PROTOCOLS, Context
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
@@ -135,7 +135,8 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
                                {e.name: environment.facts(e, record["tag"]) for e in engines},
-                               _bandwidth(manifest, engines), until, max_rounds, aa_control)
+                               _bandwidth(manifest, engines), until, max_rounds, aa_control,
+                               confirm_rounds(manifest, plan.runs))
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress)
@@ -185,8 +186,11 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
         counts = executor.execute(plan.items)
-        if meta.plan.until is not None:
+        confirmed = meta.plan.confirm_from() is not None  # decided before an interruption: run as planned
+        if meta.plan.until is not None and not confirmed:
             _until(plan, executor, rd, counts, log)
+        if meta.plan.confirm_rounds and plan.sweeps() and not confirmed:
+            _confirm(plan, executor, rd, counts, log)
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
@@ -219,3 +223,38 @@ def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], l
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
         for k in ("ok", "failed"):
             counts[k] += more[k]
+
+
+def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
+    """After the sweep's rounds: fresh rounds of each sweep's best two combinations (by the geometric mean of
+    their paired speedups over the tasks) and the baselines they pair with, on every task, on each host. The
+    best of many noisy combinations is biased upward (the winner's curse); the confirmation rounds are not."""
+    meta = rd.read_meta()
+    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+    records = rd.measurements()
+    cells: list[list[str]] = []
+    chosen: list[str] = []
+    for host in plan.hosts:
+        for family, members in plan.sweeps().items():
+            ratios = {s.id: {t.id: stats.paired_ratios(records, host, s.id, t.id, baselines[s.id])
+                             for t in plan.tasks} for s in members if baselines.get(s.id)}
+            top = [c for c, _ in sweep.rank(ratios)[:2]]
+            if not top:
+                log(f"{host}: sweep {family}: no paired rounds to choose from; no confirmation")
+                continue
+            n = meta.plan.confirm_rounds
+            log(f"{host}: sweep {family}: confirming {' and '.join(top)} in {n} fresh round{'s' if n > 1 else ''}")
+            chosen += top
+            for sid in top + [baselines[c] for c in top]:
+                cells += [[host, sid, t.id] for t in plan.tasks if [host, sid, t.id] not in cells]
+    if not cells:
+        return
+    first = max((i.round for i in plan.items), default=0) + 1
+    last = first + meta.plan.confirm_rounds - 1
+    for r in range(first, last + 1):
+        meta.plan.extra_rounds.append({"round": r, "cells": cells, "purpose": "confirm",
+                                       "combinations": list(dict.fromkeys(chosen))})
+    rd.update_meta(plan=meta.plan)
+    more = executor.execute(plan.add_rounds(first, last, {tuple(c) for c in cells}))
+    for k in ("ok", "failed"):
+        counts[k] += more[k]
