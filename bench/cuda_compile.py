@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import docker  # noqa: E402
-from harness import LABEL_PREFIX, engine  # noqa: E402
+from harness import LABEL_PREFIX  # noqa: E402
+from harness.hosts import engine  # noqa: E402
 from harness.image import build as bd  # noqa: E402
 from harness.image import cuda_base, cuda_image
 from harness.image.source import resolve_source  # noqa: E402

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from harness import ROOT, engine  # noqa: E402
+from harness import ROOT  # noqa: E402
+from harness.hosts import engine  # noqa: E402
 from harness.image import build as bd  # noqa: E402
 from harness.image import cuda_base, cuda_image
 from harness.intake import manifest as mf  # noqa: E402

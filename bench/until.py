@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import ROOT, stats  # noqa: E402
+from harness import ROOT  # noqa: E402
+from harness.analysis import stats  # noqa: E402
 
 
 def noise_levels(records: list[dict]) -> tuple[float, float]:
