@@ -81,6 +81,11 @@ def results_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("results")
 
 
+def single_stream(strategies: list[dict]) -> list[dict]:
+    """Manifest strategy entries without their sweep and concurrency levels: one strategy each, one client."""
+    return [{k: v for k, v in s.items() if k not in ("sweep", "parallel")} for s in strategies]
+
+
 def write_manifest(folder: Path, text: str, name: str = "m.yaml") -> Path:
     """A manifest in `folder` with the demo's task prompts beside it (prompts must live in the manifest's folder)."""
     folder.mkdir(parents=True, exist_ok=True)
