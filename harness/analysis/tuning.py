@@ -52,7 +52,8 @@ def sample(r: dict[str, Any], speculative: bool) -> serving.Sample:
         agg, per, ttft = conc["aggregate_tok_s"], conc["per_stream_tok_s"], conc.get("ttft_s") or [client["ttft_s"]]
         itl, drafted = conc, sum(conc.get("draft_n") or [r["server"]["draft_n"]])
     else:
-        n, wall = r["output"].get("n_tokens") or r["server"].get("predicted_n") or 0, client.get("request_s") or 0
+        n = (r.get("output") or {}).get("n_tokens") or r["server"].get("predicted_n") or 0
+        wall = client.get("request_s") or 0
         agg, per, ttft, itl, drafted = (n / wall if wall else 0.0), [client["decode_tok_s"]], [client["ttft_s"]], \
             client, r["server"]["draft_n"]
     spec = None
