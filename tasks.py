@@ -56,6 +56,17 @@ def _fraction(flag: str, value) -> float | None:
     except ValueError:
         raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
 
+MARGIN_HELP = ("how far B/A of a speedup may be from 1 and still reproduce, e.g. 5% or 0.15 (default 5%); a cell "
+               "differs when its 95% interval lies wholly outside it")
+
+
+def _margin(value) -> float:
+    m = _fraction("--margin", value)
+    if m is None or not 0 < m < 1:
+        raise KitError(f"--margin: expected a percentage between 0 and 100% such as 5% or 15%, got {value!r}")
+    return m
+
+
 TRUST_HELP = ("build from a source other than the official llama.cpp one (another git repo or package index, "
               "llama_cpp.path), a custom base/runtime image, or other CMake flags: that code runs here")
 
@@ -343,15 +354,21 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
     "trust_source": TRUST_HELP,
+    "margin": MARGIN_HELP,
+    "until": "add rounds here, for the cells still inconclusive, until the comparison says reproduces or differs "
+             "(or --max-rounds)",
+    "max_rounds": "round cap for --until (default 20)",
 })
 @kit_errors
-def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False):
+def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False, margin="5%",
+              until=False, max_rounds=None):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
     from harness.analysis import compare as cmp
     from harness.share.reproduce import reproduce as reproduce_here
 
     res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                         progress=not no_progress, trust_source=trust_source)
+                         progress=not no_progress, trust_source=trust_source, margin=_margin(margin),
+                         until=until, max_rounds=_int("--max-rounds", max_rounds))
     if res.get("comparison"):
         print(cmp.text(res["comparison"]))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
@@ -361,10 +378,11 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     "a": "run folder or bundle A (the reference)",
     "b": "run folder or bundle B",
     "out": "also write RESULTS.md for B with the comparison section here (default: print only)",
+    "margin": MARGIN_HELP,
 })
 @kit_errors
-def compare(c, a, b, out=None):
-    """Two runs side by side per cell: both medians, B/A, reproduces / differs / inconclusive per cell."""
+def compare(c, a, b, out=None, margin="5%"):
+    """Two runs judged per cell on the B/A ratio of their speedups: reproduces / differs / inconclusive."""
     import tempfile
 
     from harness.analysis import compare as cmp
@@ -376,7 +394,7 @@ def compare(c, a, b, out=None):
         for i, x in enumerate((a, b)):
             p = Path(x)
             dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
-        res = cmp.compare(dirs[0], dirs[1])
+        res = cmp.compare(dirs[0], dirs[1], _margin(margin))
         print(cmp.text(res))
         if out:
             rp.write([dirs[1]], Path(out), plot=False, comparison=res)

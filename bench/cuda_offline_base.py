@@ -9,6 +9,7 @@ them for the CPU image anyway (about 75 s with debootstrap, see DESIGN.md)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ SMOKE_TREE = ROOT / "tests" / "data" / "llama-cuda-smoke"
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     client = engine.connect(timeout=3600)
     arch = cuda_base.arch_of(client)
     figures: dict = {"arch": arch, "cpus": client.info().get("NCPU")}

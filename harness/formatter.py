@@ -69,3 +69,10 @@ def code(text: object, max_len: int = 300) -> str:
     s = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in str(text))[:max_len]
     s = s.replace("`", "'")
     return f"`{s}`"
+
+
+def pvalue(p: float | None) -> str:
+    """0.0004 -> '<0.001', 0.0213 -> '0.021'."""
+    if p is None:
+        return DASH
+    return "<0.001" if p < 0.001 else f"{p:.3f}"

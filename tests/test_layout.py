@@ -4,6 +4,8 @@ it, and no module imports the kit inside a function (an import loop dodged that 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from harness import ROOT
@@ -79,3 +81,10 @@ def test_no_import_of_the_kit_inside_a_function():
                         or (isinstance(node, ast.Import) and any(a.name.startswith("harness") for a in node.names))):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert bad == []
+
+
+def test_every_bench_script_starts():
+    """Each bench script parses its flags (`--help`): an import it lost in a move shows here, not in a user's hands."""
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        res = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and "usage" in res.stdout, (script.name, res.stderr[-400:])

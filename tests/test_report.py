@@ -27,10 +27,10 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
     # every median in the throughput table is the summary's
     for c in summary["cells"]:
         assert f"{c['decode_tok_s']['median']:,.2f} ±" in text
-        if c["baseline"] is not None:
-            iv = c["speedup_interval"]
-            assert c["speedup"] is not None and f"{c['speedup']:.2f}x [{iv['low']:.2f}, {iv['high']:.2f}]" in text
-            assert c["verdict"]["kind"] in ("faster", "slower", "equivalent", "not significant")
+        if c["baseline"] is not None:  # two rounds: estimates without intervals or verdicts, said so
+            assert c["speedup"] is not None and c["verdict"]["kind"] == "too few rounds"
+            assert f"{c['speedup']:.2f}x ? too few rounds (" in text
+    assert f"Marks are judged as one family: {summary['family']['cells']} cells" in text
     assert "95% interval" in text and "### Interference" in text and "### Stability warnings" in text
     assert "one fresh container per measurement" in text
     assert "| of roofline " in text

@@ -11,7 +11,10 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.analysis import stats
+from harness.analysis import inference as inf
+from harness.analysis import reproduction as rp
+from harness.analysis import stats, words
+from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
@@ -71,40 +74,72 @@ def _relabel(records: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> lis
 
 
 def _stats(meta: RunMeta, records: list[dict[str, Any]]) -> stats.RunStats:
-    return stats.analyze(records, {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
+    return stats.analyze(CellIndex(records), {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
 
 
-def compare(dir_a, dir_b) -> dict[str, Any]:
-    """Judge B against A per cell on what transfers between machines: the paired speedups with their intervals
-    (reproduces / differs / inconclusive), the deterministic fingerprint (draft counts and output hashes), and
-    the absolute tok/s ratio, labelled hardware- and state-dependent and never judged."""
+def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
+    return None if iv is None or not iv.available else {"low": round(iv.low, 4), "high": round(iv.high, 4),
+                                                        "n": iv.n}
+
+
+def _row(r: rp.Row, margin: float, host_b: str | None, blocking: list[str]) -> dict[str, Any]:
+    call, rule = r.call.value, words.row_rule(r, margin)
+    if blocking and r.call not in (rp.Call.MISSING, rp.Call.BASELINE):
+        call, rule = rp.Call.NOT_COMPARABLE.value, "different " + " / ".join(blocking)
+    sa, sb = r.speedup_a, r.speedup_b
+    return {"host": r.host, "host_b": host_b, "strategy": r.strategy, "task": r.task,
+            "speedup_a": None if sa is None else sa.estimate, "interval_a": None if sa is None else _interval(
+                sa.interval), "speedup_b": None if sb is None else sb.estimate,
+            "interval_b": None if sb is None else _interval(sb.interval), "ratio": r.ratio,
+            "ratio_interval": _interval(r.interval), "verdict": call, "rule": rule,
+            "p_within": r.p_within, "p_outside": r.p_outside, "p_adjusted": r.p_adjusted,
+            "fingerprint": r.fingerprint.value,
+            "fingerprint_detail": _fingerprint_words(r), "tok_s_ratio": r.tok_s_ratio,
+            "tok_s_ratio_note": "hardware- and state-dependent", "tasks": list(r.tasks)}
+
+
+def _fingerprint_words(r: rp.Row) -> str:
+    fa, fb = r.fingerprint_a, r.fingerprint_b
+    if fa is None or fb is None or r.fingerprint is rp.Match.MISSING:
+        return "no runs in one of the two"
+    if r.fingerprint is rp.Match.IDENTICAL:
+        return words.drafts(fa)
+    parts = []
+    if set(fa.drafts) != set(fb.drafts):
+        parts.append(f"A {words.drafts(fa)}; B {words.drafts(fb)}")
+    if set(fa.outputs) != set(fb.outputs):
+        parts.append("outputs differ")
+    return "; ".join(parts)
+
+
+def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN) -> dict[str, Any]:
+    """Judge B against A per cell on what transfers between machines: the B/A ratio of the paired speedups with its
+    interval against ±margin (reproduces / differs / inconclusive; differs judged as one family), the same for
+    each strategy's geometric mean, the deterministic fingerprint (draft counts and output hashes), and the
+    absolute tok/s ratio, labelled hardware- and state-dependent and never judged."""
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
     ma, mb = ra.read_meta(), rb.read_meta()
     diffs = differences(ma, mb)
     blocking = [d[0] for d in diffs if d[3]]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = stats.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)))
-    rows = []
-    for c in rep.cells:
-        row = c.as_dict()
-        row["host_b"] = dict(pairs).get(c.host)
-        if blocking and c.verdict not in ("missing", "n/a"):
-            row["verdict"] = "not comparable"
-            row["rule"] = "different " + " / ".join(blocking)
-        rows.append(row)
+    rep = rp.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin)
+    to_b = dict(pairs)
+    rows = [_row(r, margin, to_b.get(r.host), blocking) for r in rep.rows]
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
           (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}
     rows.sort(key=lambda r: tuple(at[f].get(r[f], len(at[f])) for f in ("host", "strategy", "task")))  # A's plan order
+    geos = [_row(g, margin, to_b.get(g.host), blocking) for g in rep.geomeans]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     overall = ("not comparable: the runs measured different things (" + ", ".join(blocking) + ")") if blocking \
-        else rep.sentence
+        else words.headline(rep)
     return {"a": {"run_id": ma.run_id, "path": str(dir_a), "hosts": ma.plan.hosts},
             "b": {"run_id": mb.run_id, "path": str(dir_b), "hosts": mb.plan.hosts},
             "differences": [{"field": f, "a": x, "b": y, "blocking": blk} for f, x, y, blk in diffs],
-            "comparable": not blocking, "rows": rows, "counts": counts, "verdict": overall,
-            "band": rep.band}
+            "comparable": not blocking, "rows": rows, "geomeans": geos, "counts": counts,
+            "call": "not comparable" if blocking else rep.call.value, "verdict": overall, "margin": margin,
+            "family": rep.family, "smallest_margin": rep.smallest_margin, "rounds_needed": rep.rounds_needed}
 
 
 def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
@@ -115,13 +150,15 @@ def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
 
 
 def table(result: dict[str, Any], fmt: str = "simple") -> str:
+    """Every cell of A against B, then each strategy's geometric mean; text from the runs is made safe for the
+    console or Markdown by the caller's formatter."""
     several = len(result["a"]["hosts"]) > 1 or len(result["b"]["hosts"]) > 1
     rows = []
-    for r in result["rows"]:
+    for r in result["rows"] + result.get("geomeans", []):
         rows.append(([f"{r['host']} / {r['host_b'] or '-'}"] if several else []) + [
-            r["strategy"], r["task"], _sp(r["speedup_a"], r["interval_a"]), _sp(r["speedup_b"], r["interval_b"]),
-            _sp(r["ratio"], r["ratio_interval"]), r["verdict"], r["fingerprint"],
-            "-" if r["tok_s_ratio"] is None else f"{r['tok_s_ratio']:.2f}"])
+            r["strategy"], r["task"] or "geomean", _sp(r["speedup_a"], r["interval_a"]),
+            _sp(r["speedup_b"], r["interval_b"]), _sp(r["ratio"], r["ratio_interval"]), r["verdict"],
+            r["fingerprint"] if r["task"] else "", "-" if r["tok_s_ratio"] is None else fm.ratio(r["tok_s_ratio"])])
     headers = (["hosts (A / B)"] if several else []) + [
         "strategy", "task", "speedup A", "speedup B", "B/A", "verdict", "fingerprint", "tok/s B/A*"]
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
@@ -136,9 +173,12 @@ def text(result: dict[str, Any], fmt: str = "simple") -> str:
                          + ("" if d["blocking"] else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
+    m = fm.pct(result["margin"])
     lines += ["", table(result, fmt), "",
-              f"rule: reproduces when the 95% interval of speedup B / speedup A lies within ±{result['band']:.0%}; "
-              "differs when the two speedup intervals do not overlap; else inconclusive. fingerprint = draft counts "
-              "and output hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine "
-              "state: shown, never judged.", "", f"verdict: {result['verdict']}"]
+              f"rule: per cell, B/A = speedup B / speedup A with its 95% interval; reproduces when the interval "
+              f"lies within ±{m}; differs when it lies wholly outside ±{m}, judged as one family of "
+              f"{result['family']} (cells and geometric means, Holm at 5%); else inconclusive. The verdict "
+              "reproduces only when every cell and geometric mean does. fingerprint = draft counts and output "
+              "hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine state: shown, "
+              "never judged.", "", f"verdict: {result['verdict']}"]
     return "\n".join(lines)

@@ -66,7 +66,7 @@ class View:
         return self.grid.get((host, strategy, task))
 
 
-VERDICT_MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few runs": "?"}
+VERDICT_MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 
 
 def _flags(c: dict[str, Any]) -> list[str]:
@@ -146,6 +146,8 @@ def _throughput(v: View) -> tuple[str, list[str]]:
 def _speedup_text(estimate: float | None, iv: dict[str, Any] | None, verdict: dict[str, Any] | None) -> str:
     if estimate is None:
         return "-"
+    if (verdict or {}).get("kind") == "too few rounds":
+        return f"{fm.ratio(estimate)} ? too few rounds ({(iv or {}).get('n', 0)})"
     mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
     return f"{fm.ratio(estimate)}{span} {mark}".rstrip()
@@ -161,7 +163,9 @@ def _speedups(v: View) -> str:
             c = v.cell(h, s, t)
             row.append(_speedup_text(c["speedup"], c.get("speedup_interval"), c.get("verdict")) if c else "-")
         g = geo.get((h, s))
-        row.append(f"**{_speedup_text(g['estimate'], g['interval'], g['verdict'])}**" if g else "-")
+        part = f" (over {len(g['tasks'])} of {len(g['tasks']) + len(g['left_out'])} tasks)" \
+            if g and g.get("left_out") else ""
+        row.append(f"**{_speedup_text(g['estimate'], g['interval'], g['verdict'])}**{part}" if g else "-")
         rows.append(row)
     if not rows:
         return "(no strategy with a baseline)"
@@ -185,12 +189,12 @@ def _warnings(v: View) -> list[str]:
             by_kind.setdefault(w["kind"], []).append((c, w))
     lines = []
     total = sum(1 for c in v.s["cells"] if c["runs_ok"])
-    for kind in ("few-runs", "dispersion"):
+    for kind in ("few-rounds", "dispersion"):
         items = by_kind.pop(kind, [])
         if items:
             cells = sorted({f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}" for c, _ in items})
-            what = {"few-runs": "too few runs for a bootstrap interval (the intervals are Student-t on the logs, "
-                                "wide)", "dispersion": "tok/s varies more than 10% across runs"}[kind]
+            what = {"few-rounds": "fewer than 3 paired rounds: no interval and no verdict",
+                    "dispersion": "tok/s varies more than 10% across runs"}[kind]
             who = "every cell" if len(cells) >= total else ", ".join(cells[:12]) + (" ..." if len(cells) > 12 else "")
             lines.append(f"- **{kind}** ({len(cells)} of {total} cells): {what}: {who}")
     for kind, items in sorted(by_kind.items()):
@@ -312,6 +316,17 @@ def _determinism(v: View) -> str:
     return out
 
 
+def _family(fam: dict[str, Any]) -> str:
+    """The family rule beside the table, with the number of cells it covers."""
+    if not fam["cells"]:
+        return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
+    geo = (f"the {fam['geomeans']} geometric mean{'s are' if fam['geomeans'] != 1 else ' is'} a family of "
+           f"{'their' if fam['geomeans'] != 1 else 'its'} own ({fam['geomean_tests']} tests)")
+    return (f"Marks are judged as one family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''}, "
+            f"{fam['tests']} tests, Holm's procedure at 5% (all the marks of a table are right in 95% of tables); "
+            f"{geo}.")
+
+
 def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None) -> str:
     meta = rd.read_meta()
     v = View(summary)
@@ -322,7 +337,7 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
                   "protocol protects against; do not quote them as speedups.", ""]
     table, notes = _throughput(v)
     parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
-              _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 1000)}", ""]
+              _family(summary["family"]), "", _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
         parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()})", ""]

@@ -7,36 +7,20 @@ Reads only run.json (typed, harness/store/runmeta.py) and measurements.jsonl (th
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
 
-from harness.analysis import checks, stats, tuning
+from harness.analysis import checks, stats, tuning, words
+from harness.analysis import convergence as cv
+from harness.analysis import inference as inf
+from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
+from harness.analysis.speedups import Speedup
 from harness.models import passbytes
 from harness.schema import FORMAT_VERSIONS
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
-
-Key = tuple[str, str, str]  # host, strategy, task
-
-#: The rules behind the verdicts, in the words the report prints beside them.
-RULES = {
-    "speedup": "speedup = a strategy's tok/s over its baseline's on the same task, prompt and host in the same round "
-               "(each round runs every cell once, shuffled), median over rounds; 95% interval: Student-t on the "
-               f"log ratios below {stats.MIN_BOOTSTRAP_ROUNDS} rounds, else its hull with a percentile bootstrap; "
-               f"faster / slower when the interval lies above / below 1, equivalent when it lies within "
-               f"±{stats.EQUIVALENCE_BAND:.0%}, else not significant",
-    "contamination": "identical requests at temperature 0 in fresh containers must give identical draft counts and "
-                     "outputs: a change with acceptance rising after the first run is warm-cache, any other change "
-                     "unstable; a throughput trend after removing each round's common factor (Kendall p < "
-                     f"{stats.TREND_P}, change > {stats.TREND_MIN_CHANGE:.0%} and > {stats.TREND_NOISE_FACTOR:g}x the "
-                     "cell's noise) is drift; the reuse-server protocol is always flagged naive",
-    "interference": f"a measurement is disturbed when other work on the host used more than "
-                    f"{stats.DISTURBED_CORES:g} of a core on average during its timed request (or the CPU "
-                    "throttled, or another process used the GPU); disturbed measurements are left out of every "
-                    f"figure, unless more than {stats.MAX_DISTURBED_SHARE:.0%} of a host's were disturbed: then they "
-                    "are kept and the host is named as busy",
-}
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -54,10 +38,17 @@ def describe(xs: list[float | None]) -> dict[str, Any]:
             "stdev": _r(statistics.stdev(vals)) if len(vals) > 1 else 0.0}
 
 
-def _interval(iv: stats.Interval | None) -> dict[str, Any] | None:
+def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
     if iv is None:
         return None
-    return {"low": _r(iv.low, 4), "high": _r(iv.high, 4), "n": iv.n, "method": iv.method, "note": iv.note}
+    return {"low": _r(iv.low, 4), "high": _r(iv.high, 4), "n": iv.n, "method": iv.method,
+            "df": _r(iv.df, 1), "moderated": iv.moderated, "note": words.interval_note(iv)}
+
+
+def _verdict(s: Speedup) -> dict[str, Any]:
+    j = s.judgement
+    return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": _r(j.p_differs, 6),
+            "p_within": _r(j.p_within, 6), "p_adjusted": _r(j.p_adjusted, 6), "family": j.family}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -78,32 +69,31 @@ def summarize(rd: RunDir) -> dict[str, Any]:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
     meta = rd.read_meta()
     records = rd.measurements()
+    index = CellIndex(records)
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
-    run_stats = stats.analyze(records, baselines, meta.protocol)
-    kept = {id(r) for r in stats.usable(records)}
-    by_cell: dict[Key, list[dict[str, Any]]] = defaultdict(list)
-    for r in sorted(records, key=lambda r: r["order"]):
-        by_cell[(r["host"], r["strategy"], r["task"])].append(r)
+    run_stats = stats.analyze(index, baselines, meta.protocol)
     cells, missing = [], []
     for host in meta.plan.hosts:
         bw, bw_source = bandwidth(meta, host)
         for s in meta.planned_strategies():
             for t in meta.planned_tasks():
-                recs = by_cell.get((host, s.id, t.id), [])
+                key = CellKey(host, s.id, t.id)
+                ms = [m for m in index.of(key) if not m.retake_of]
                 expected = meta.plan.runs * len(t.prompts)
-                if len(recs) < expected:
-                    missing.append({"host": host, "strategy": s.id, "task": t.id, "recorded": len(recs),
+                if len(ms) < expected:
+                    missing.append({"host": host, "strategy": s.id, "task": t.id, "recorded": len(ms),
                                     "expected": expected})
-                cell = _cell(host, s, t.id, recs, kept, run_stats.cell(host, s.id, t.id))
+                cell = _cell(s, index, key, run_stats.cell(key))
                 if cell["decode_tok_s"]["median"] is not None:
-                    pb = pass_bytes(meta, s, [r for r in recs if r["status"] == "ok"])
+                    pb = pass_bytes(meta, s, [m.raw for m in index.of(key) if m.ok])
                     v = checks.physics(cell["decode_tok_s"]["median"], cell["tokens_per_pass"]["median"], bw,
                                        meta.models[s.model]["size_bytes"], not s.speculative, bw_source,
                                        pb.as_dict() if pb else None, pb.rule() if pb else None)
                     cell["checks"]["physics"] = v.as_dict()
                 cells.append(cell)
-        _determinism(cells, by_cell, host, meta)
-    _speculation(cells, records, meta)
+        _determinism(cells, index, host, meta)
+    _speculation(cells, index, meta)
+    table = run_stats.table
     return {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
         "protocol": meta.protocol, "manifest": {"name": meta.manifest["name"], "sha256": meta.manifest["sha256"]},
@@ -112,40 +102,49 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "strategies": [{"id": s.id, "spec_type": s.spec_type, "model": s.model, "baseline": s.baseline}
                        for s in meta.planned_strategies()],
         "tasks": meta.plan.tasks, "hosts": meta.plan.hosts, "runs": meta.plan.runs,
-        "measurements": {"recorded": len(records), "ok": sum(r["status"] == "ok" for r in records),
-                         "failed": sum(r["status"] == "failed" for r in records),
+        "measurements": {"recorded": len(records), "ok": sum(m.ok for m in index.measurements),
+                         "failed": sum(not m.ok for m in index.measurements),
+                         "retakes": index.retakes,
                          "planned": meta.plan.measurements + _extra_planned(meta),
                          "torn_last_line": rd.torn_last_line},
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
-        "geomeans": [_geomean(g) for g in run_stats.geomeans],
-        "interference": interference_summary(records, meta.plan.hosts),
-        "rules": RULES,
-        "convergence": _convergence(meta, records, baselines),
-        "sensitivity": sensitivity(records, meta),
-    } | tuning.summary(meta, records)
+        "geomeans": [_geomean(g) for g in table.geomeans],
+        "family": {"cells": len([c for c in table.cells.values() if c.judgement.family]),
+                   "tests": table.family_size,
+                   "geomeans": len([g for g in table.geomeans if g.judgement.family]),
+                   "geomean_tests": table.geomean_family_size, "method": "holm",
+                   "alpha": inf.ALPHA,
+                   "priors": {h: {"d0": None if p.d0 == float("inf") else _r(p.d0, 2), "sd": _r(p.sd, 5),
+                                  "cells": p.cells} for h, p in table.priors.items()}},
+        "interference": interference_summary(index, meta.plan.hosts),
+        "rules": {"speedup": words.speedup_rule(),
+                  "contamination": words.contamination_rule(),
+                  "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE)},
+        "convergence": _convergence(meta, index, baselines),
+        "sensitivity": sensitivity(index, meta),
+    } | tuning.summary(meta, index)
 
 
-def _by_prompt_round(recs: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
-    out: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
-    for r in recs:
-        out[r["prompt"]].setdefault(r["round"], r)
+def _by_prompt_round(ms: list[Measurement]) -> dict[str, dict[int, Measurement]]:
+    out: dict[str, dict[int, Measurement]] = defaultdict(dict)
+    for m in ms:
+        out[m.prompt].setdefault(m.round, m)
     return out
 
 
-def _acceptance_of(recs: list[dict[str, Any]]) -> float | None:
-    drafted = sum(r["server"]["draft_n"] for r in recs)
-    return _r(sum(r["server"]["draft_n_accepted"] for r in recs) / drafted, 4) if drafted else None
+def _acceptance_of(ms: list[Measurement]) -> float | None:
+    drafted = sum(m.drafted for m in ms)
+    return _r(sum(m.accepted for m in ms) / drafted, 4) if drafted else None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def sensitivity(records: list[dict[str, Any]], meta: RunMeta) -> list[dict[str, Any]]:
-    """For each probe task (its first prompt the reference, the others variants with a phrase added or removed):
-    per strategy and variant, throughput against the reference paired by round, acceptance of both, the output's
-    agreement with the reference's (common prefix in tokens), and the speedup against the baseline on each."""
-    usable = stats.usable(records)
+def sensitivity(index: CellIndex, meta: RunMeta) -> list[dict[str, Any]]:
+    """For each perturbation task (its first prompt the reference, the others variants with a phrase added or
+    removed): per strategy and variant, throughput against the reference paired by round, acceptance of both, the
+    output's agreement with the reference's (common prefix in tokens), and the speedup against the baseline."""
     out = []
     for t in meta.planned_tasks():
         if not t.probe:
@@ -153,9 +152,8 @@ def sensitivity(records: list[dict[str, Any]], meta: RunMeta) -> list[dict[str, 
         ref = t.prompts[0].id
         for host in meta.plan.hosts:
             for s in meta.planned_strategies():
-                recs = [r for r in usable if (r["host"], r["strategy"], r["task"]) == (host, s.id, t.id)]
-                base = [r for r in usable if (r["host"], r["strategy"], r["task"]) == (host, s.baseline, t.id)]
-                by, base_by = _by_prompt_round(recs), _by_prompt_round(base)
+                by = _by_prompt_round(index.used(CellKey(host, s.id, t.id)))
+                base_by = _by_prompt_round(index.used(CellKey(host, s.baseline, t.id))) if s.baseline else {}
                 if ref not in by:
                     continue
                 for p in t.prompts[1:]:
@@ -163,20 +161,23 @@ def sensitivity(records: list[dict[str, Any]], meta: RunMeta) -> list[dict[str, 
     return out
 
 
-def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict, base_by: dict) -> dict[str, Any]:
+def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict[str, dict[int, Measurement]],
+             base_by: dict[str, dict[int, Measurement]]) -> dict[str, Any]:
     rounds = sorted(by[ref].keys() & by.get(var, {}).keys())
-    ratios = [by[var][r]["client"]["decode_tok_s"] / by[ref][r]["client"]["decode_tok_s"] for r in rounds]
-    iv = stats.median_interval(ratios)
+    logs = [math.log(by[var][r].tok_s / by[ref][r].tok_s) for r in rounds]
+    loc = inf.locate(logs)
+    est = inf.moderate(loc, inf.NO_PRIOR) if loc is not None and loc.n >= 3 else None
+    iv = inf.Interval.of(est) if est is not None else inf.Interval(None, None, len(logs), "none", None, False)
 
     def speedup(prompt: str) -> float | None:
-        pr = [by[prompt][r]["client"]["decode_tok_s"] / base_by[prompt][r]["client"]["decode_tok_s"]
+        pr = [by[prompt][r].tok_s / base_by[prompt][r].tok_s
               for r in sorted(by.get(prompt, {}).keys() & base_by.get(prompt, {}).keys())]
-        return _r(statistics.median(pr), 4) if pr else None
+        return _r(math.exp(statistics.fmean(math.log(x) for x in pr)), 4) if pr else None
 
-    first_ref = by[ref][min(by[ref])]["output"]
-    first_var = by[var][min(by[var])]["output"] if by.get(var) else None
+    first_ref = by[ref][min(by[ref])].raw["output"]
+    first_var = by[var][min(by[var])].raw["output"] if by.get(var) else None
     return {"host": host, "strategy": strategy, "task": task, "reference": ref, "variant": var,
-            "tok_s_ratio": _r(statistics.median(ratios), 4) if ratios else None, "tok_s_ratio_interval":
+            "tok_s_ratio": _r(math.exp(statistics.fmean(logs)), 4) if logs else None, "tok_s_ratio_interval":
             _interval(iv), "acceptance_reference": _acceptance_of(list(by[ref].values())),
             "acceptance_variant": _acceptance_of(list(by.get(var, {}).values())),
             "speedup_reference": speedup(ref), "speedup_variant": speedup(var),
@@ -190,21 +191,21 @@ def _extra_planned(meta: RunMeta) -> int:
     return sum(prompts.get(task, 1) for x in meta.plan.extra_rounds for _, _, task in x["cells"])
 
 
-def _convergence(meta: RunMeta, records: list[dict[str, Any]], baselines: dict[str, str | None]) -> dict | None:
+def _convergence(meta: RunMeta, index: CellIndex, baselines: dict[str, str | None]) -> dict | None:
     """For a run with --until: the target, the rounds run, and every cell still wider than the target."""
     if meta.plan.until is None:
         return None
-    conv = stats.convergence(records, baselines, meta.plan.until)
+    conv = cv.convergence(index, baselines, meta.plan.until)
     return {"target": meta.plan.until, "max_rounds": meta.plan.max_rounds,
-            "rounds": max((r["round"] for r in records), default=0),
-            "not_converged": [{"host": c.host, "strategy": c.strategy, "task": c.task, "rounds": c.rounds,
-                               "half_width": c.half_width, "rounds_estimate": c.rounds_estimate}
+            "rounds": max((m.round for m in index.measurements), default=0),
+            "not_converged": [{"host": c.key.host, "strategy": c.key.strategy, "task": c.key.task,
+                               "rounds": c.rounds, "half_width": c.half_width, "rounds_estimate": c.rounds_estimate}
                               for c in conv.cells if not c.converged]}
 
 
 def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.PassBytes | None:
-    """What one target pass of this cell read (harness/models/passbytes.py): the target's weights, the KV cache at the
-    median decode depth, and the draft's weights times its steps per pass; None without header facts."""
+    """What one target pass of this cell read (harness/models/passbytes.py): the target's weights, the KV cache
+    at the median decode depth, and the draft's weights times its steps per pass; None without header facts."""
     reads = (meta.models.get(s.model) or {}).get("reads")
     if not reads or not ok:
         return None
@@ -224,9 +225,9 @@ def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.Pas
                               mtp=s.spec_type == "draft-mtp")
 
 
-def _geomean(g: stats.Speedup) -> dict[str, Any]:
+def _geomean(g: Speedup) -> dict[str, Any]:
     return {"host": g.host, "strategy": g.strategy, "estimate": _r(g.estimate, 4), "interval": _interval(g.interval),
-            "verdict": g.verdict.as_dict()}
+            "verdict": _verdict(g), "tasks": list(g.tasks), "left_out": list(g.left_out)}
 
 
 def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None]]:
@@ -236,18 +237,19 @@ def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None]]
     return drafted, accepted, tpps
 
 
-def _cell(host: str, s: Any, task: str, recs: list[dict[str, Any]], kept: set[int],
-          cs: stats.CellStats | None) -> dict[str, Any]:
-    ok = [r for r in recs if r["status"] == "ok"]
-    used = [r for r in ok if id(r) in kept]
-    failed = [r for r in recs if r["status"] == "failed"]
+def _cell(s: Any, index: CellIndex, key: CellKey, cs: stats.CellStats | None) -> dict[str, Any]:
+    all_ms = index.of(key)
+    ok = [m.raw for m in all_ms if m.ok]
+    used = [m.raw for m in index.used(key)]
+    failed = [m.raw for m in all_ms if not m.ok]
     drafted, accepted, tpps = _acceptance(ok)
     sp = cs.speedup if cs is not None else None
     con = cs.contamination if cs is not None else None
     return {
-        "host": host, "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": task,
+        "host": key.host, "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": key.task,
         "baseline": s.baseline,
         "runs_ok": len(ok), "runs_used": len(used), "runs_failed": len(failed),
+        "retakes": sum(1 for m in all_ms if m.retake_of),
         "failures": [{"run_index": r["run_index"], "prompt": r["prompt"], "reason": r["failure"]["reason"]}
                      for r in failed],
         "decode_tok_s": describe([r["client"]["decode_tok_s"] for r in used]),
@@ -267,28 +269,29 @@ def _cell(host: str, s: Any, task: str, recs: list[dict[str, Any]], kept: set[in
                                       for x in r["concurrency"]["per_stream_tok_s"]]),
         "speedup": _r(sp.estimate, 4) if sp is not None else None,
         "speedup_interval": _interval(sp.interval) if sp is not None else None,
-        "verdict": sp.verdict.as_dict() if sp is not None else None,
+        "verdict": _verdict(sp) if sp is not None else None,
         "paired_rounds": {str(k): _r(v, 4) for k, v in sp.rounds.items()} if sp is not None else {},
-        "warnings": [{"kind": w.kind, "sentence": w.sentence, "evidence": w.evidence}
+        "warnings": [{"kind": w.kind.value, "sentence": words.warning(w), "evidence": w.evidence}
                      for w in (cs.warnings if cs is not None else [])],
-        "checks": {"contamination": {"check": "contamination", "flagged": con.flagged, "sentence": con.sentence,
-                                     "data": {"kind": con.kind, **con.evidence}}} if con is not None else {},
+        "checks": {"contamination": {"check": "contamination", "flagged": con.flagged,
+                                     "sentence": words.contamination(con),
+                                     "data": {"kind": con.kind.value, **con.evidence}}} if con is not None else {},
         "server_mean_len": describe([((r.get("server_log") or {}).get("draft_acceptance") or {}).get("mean_len")
                                      for r in ok]),
     }
 
 
-def _speculation(cells: list[dict[str, Any]], records: list[dict[str, Any]], meta: RunMeta) -> None:
+def _speculation(cells: list[dict[str, Any]], index: CellIndex, meta: RunMeta) -> None:
     """A speculative strategy whose server drafted nothing in any run of any task did not speculate (a draft model
     given with the wrong spec type, a type the build ignores): its row would be a baseline under another name.
     (One task without drafts is a result: an n-gram table finds nothing to copy in some texts.)"""
     for host in meta.plan.hosts:
         for s in meta.planned_strategies():
-            ok = [r for r in records if r["status"] == "ok" and r["host"] == host and r["strategy"] == s.id]
+            ok = [m for m in index.measurements if m.ok and m.host == host and m.strategy == s.id]
             if not s.speculative or not ok:
                 continue
-            drafted = sum(r["server"]["draft_n"] for r in ok)
-            impls = sorted({i for r in ok for i in (r.get("server_log") or {}).get("implementations", [])})
+            drafted = sum(m.drafted for m in ok)
+            impls = sorted({i for m in ok for i in (m.raw.get("server_log") or {}).get("implementations", [])})
             sentence = (f"speculation ran: drafted {drafted:,} tokens over {len(ok)} runs" if drafted else
                         f"speculation did not run: draft_n absent in all {len(ok)} runs of every task "
                         f"(--spec-type {s.spec_type}; the server added "
@@ -300,24 +303,23 @@ def _speculation(cells: list[dict[str, Any]], records: list[dict[str, Any]], met
                     c["checks"]["speculation"] = check
 
 
-def interference_summary(records: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
-    """Per host: how many measurements other work disturbed, how much it used, and which measurements."""
-    busy = stats.busy_hosts(records)
+def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:
+    """Per host: how many measurements other work disturbed, how much it used, which, and how many were retaken."""
     out = {}
     for host in hosts:
-        ok = [r for r in records if r["host"] == host and r["status"] == "ok"]
-        figs = [r["interference"] for r in ok if r.get("interference")]
+        ok = [m for m in index.measurements if m.host == host and m.ok]
+        figs = [m.raw["interference"] for m in ok if m.raw.get("interference")]
         cores = [f["others_cores"] for f in figs if f.get("others_cores") is not None]
-        disturbed = [r for r in ok if (r.get("interference") or {}).get("disturbed")]
-        out[host] = {"measured": len(figs), "disturbed": len(disturbed), "kept": host in busy,
+        disturbed = [m for m in ok if m.disturbed]
+        out[host] = {"measured": len(figs), "disturbed": len(disturbed), "kept": host in index.busy,
+                     "retaken": sum(1 for m in ok if m.retake_of),
                      "others_cores_median": _r(statistics.median(cores), 3) if cores else None,
                      "others_cores_max": _r(max(cores), 3) if cores else None,
-                     "disturbed_ids": [r["measurement_id"] for r in disturbed][:200]}
+                     "disturbed_ids": [m.id for m in disturbed][:200]}
     return out
 
 
-def _determinism(cells: list[dict[str, Any]], by_cell: dict[Key, list[dict[str, Any]]], host: str,
-                 meta: RunMeta) -> None:
+def _determinism(cells: list[dict[str, Any]], index: CellIndex, host: str, meta: RunMeta) -> None:
     """Byte match against the baseline of the same target, prompt by prompt."""
     for c in cells:
         if c["host"] != host:
@@ -325,8 +327,8 @@ def _determinism(cells: list[dict[str, Any]], by_cell: dict[Key, list[dict[str, 
         base = same_target_baseline(meta, c["strategy"])
         if base is None:
             continue
-        base_ok = [r for r in by_cell.get((host, base, c["task"]), []) if r["status"] == "ok"]
-        runs = [r for r in by_cell.get((host, c["strategy"], c["task"]), []) if r["status"] == "ok"]
+        base_ok = [m.raw for m in index.of(CellKey(host, base, c["task"])) if m.ok]
+        runs = [m.raw for m in index.of(CellKey(host, c["strategy"], c["task"])) if m.ok]
         if not base_ok or not runs:
             continue
         refs: dict[str, dict[str, Any]] = {}

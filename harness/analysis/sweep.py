@@ -6,18 +6,20 @@ Pure functions of plain numbers: per combination, per task, per round, the paire
 block: every combination ran in it beside the same baseline, so two combinations are compared round by round
 and whatever the machine did to the round cancels.
 
-- Figures: per task, the median over rounds with a Student-t interval on the log ratios (the kit's interval
-  below 10 rounds; scipy.stats.ttest_1samp); overall, the geometric mean over tasks of the per-task medians, with a
-  Student-t interval over rounds of each round's mean log ratio across tasks (whole rounds travel together).
+- Figures: per task, the geometric mean of the paired ratios over rounds (the speedup table's estimate below 10
+  rounds) with a Student-t interval on the logs of this cell alone (scipy.stats.ttest_1samp; the speedup table
+  moderates a cell's variance toward the table's, a sweep's comparison stays within its own rounds); overall, the
+  geometric mean over tasks, with a Student-t interval over rounds of each round's mean log ratio across tasks
+  (whole rounds travel together).
 - Not distinguishable from the best: each other combination against the best, paired by round (a two-sided
   one-sample t-test on the per-round log ratio of the two, scipy.stats.ttest_1samp), the p-values adjusted with
-  Holm's step-down method over the family of comparisons. Holm, not Benjamini-Hochberg: the claim made is about a
-  set (these combinations are worse than the best; the others may be as good), and a wrong exclusion anywhere in
-  it is the error to bound, so the family-wise error rate is the guarantee wanted, not the false discovery rate.
-  Holm controls it under any dependence (every comparison shares the best's rounds) and is uniformly more
-  powerful than Bonferroni. scipy.stats.false_discovery_control implements only BH and BY, so Holm is written
-  out here (`holm`). Two-sided tests: the best was chosen by the same data, so its lead is biased upward and a
-  one-sided test would call differences too readily.
+  Holm's step-down method over the family of comparisons (harness/analysis/inference.py, as the speedup table's
+  verdicts). Holm, not Benjamini-Hochberg (scipy.stats.false_discovery_control offers only BH and BY): the claim
+  made is about a set (these combinations are worse than the best; the others may be as good), and a wrong
+  exclusion anywhere in it is the error to bound, so the family-wise error rate is the guarantee wanted, not the
+  false discovery rate. Holm controls it under any dependence (every comparison shares the best's rounds) and is
+  uniformly more powerful than Bonferroni. Two-sided tests: the best was chosen by the same data, so its lead is
+  biased upward and a one-sided test would call differences too readily.
 - Confirmation: the winner and the runner-up measured again in fresh rounds after the sweep. The best of many
   noisy combinations is biased upward (the winner's curse); figures from rounds that played no part in choosing
   it are not. The confirmed figure is the headline, the sweep figure beside it."""
@@ -33,13 +35,17 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from harness.analysis import inference as inf
+
 CONFIDENCE = 0.95
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(float(x), nd)
+
+
 #: Family-wise error rate of the "worse than the best" claims.
-ALPHA = 0.05
+ALPHA = inf.ALPHA
 
 #: combination -> task -> round -> paired speedup against the baseline.
 Ratios = Mapping[str, Mapping[str, Mapping[int, float]]]
@@ -72,12 +78,12 @@ def _t_interval(logs: Sequence[float]) -> tuple[float | None, float | None]:
 
 
 def task_figure(rounds: Mapping[int, float]) -> Figure:
-    """One task's speedup: the median over rounds, Student-t interval on the logs."""
-    vals = [v for v in rounds.values() if v and v > 0]
-    if not vals:
+    """One task's speedup: the geometric mean over rounds, Student-t interval on the logs."""
+    logs = [math.log(v) for v in rounds.values() if v and v > 0]
+    if not logs:
         return NO_FIGURE
-    lo, hi = _t_interval([math.log(v) for v in vals])
-    return Figure(statistics.median(vals), lo, hi, len(vals))
+    lo, hi = _t_interval(logs)
+    return Figure(math.exp(statistics.fmean(logs)), lo, hi, len(logs))
 
 
 def round_logs(per_task: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
@@ -91,7 +97,7 @@ def round_logs(per_task: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
 
 
 def overall_figure(per_task: Mapping[str, Mapping[int, float]]) -> Figure:
-    """The geometric mean over tasks of the per-task medians; Student-t interval over rounds of each round's
+    """The geometric mean over tasks of the per-task figures; Student-t interval over rounds of each round's
     mean log ratio across tasks."""
     meds = [f.estimate for f in (task_figure(r) for r in per_task.values()) if f.estimate]
     if not meds:
@@ -130,15 +136,12 @@ def p_value(logs: Sequence[float]) -> float | None:
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment: sort the m p-values, multiply the k-th smallest by (m - k + 1), keep the
-    sequence non-decreasing, cap at 1. None (no test) stays None and does not count in m."""
-    tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
-    m = len(tested)
+    """Holm-adjusted p-values (inference.holm_adjusted); None (no test: too few rounds) stays None and does not
+    count in the family."""
+    tested = [i for i, p in enumerate(pvalues) if p is not None]
     out: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for k, (p, i) in enumerate(tested):
-        running = max(running, min(1.0, (m - k) * p))
-        out[i] = running
+    for i, adj in zip(tested, inf.holm_adjusted([pvalues[i] for i in tested]), strict=True):
+        out[i] = adj
     return out
 
 

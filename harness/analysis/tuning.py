@@ -6,10 +6,13 @@ A run without a sweep or several concurrency levels adds nothing to its summary.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
-from harness.analysis import serving, stats, sweep
+from harness.analysis import serving, sweep
+from harness.analysis.records import CellIndex, CellKey
+from harness.analysis.speedups import paired_logs
 from harness.store.runmeta import RunMeta, StrategyMeta
 
 
@@ -30,14 +33,21 @@ def confirmed(meta: RunMeta, host: str, members: list[str]) -> list[str]:
     return list(dict.fromkeys(c[1] for c in cells if c[0] == host and c[1] in members))
 
 
-def sweep_results(meta: RunMeta, records: list[dict[str, Any]]) -> list[sweep.SweepResult]:
+def sweep_ratios(index: CellIndex, host: str, members: list[tuple[str, str | None]],
+                 tasks: list[str]) -> sweep.Ratios:
+    """Per combination (id, its baseline), per task, per round: the paired speedup against the baseline (the
+    measurements that count, each prompt paired with itself in the round; harness/analysis/speedups.py)."""
+    return {sid: {t: {r: math.exp(v) for r, v in paired_logs(index, CellKey(host, sid, t), base).items()}
+                  for t in tasks} for sid, base in members if base}
+
+
+def sweep_results(meta: RunMeta, index: CellIndex) -> list[sweep.SweepResult]:
     """Every swept entry on every host: the selections from its rounds and the confirmation after them."""
     out = []
     tasks = meta.plan.tasks
     for host in meta.plan.hosts:
         for family, members in swept(meta).items():
-            ratios = {s.id: {t: stats.paired_ratios(records, host, s.id, t, s.baseline) for t in tasks}
-                      for s in members if s.baseline}
+            ratios = sweep_ratios(index, host, [(s.id, s.baseline) for s in members], tasks)
             out.append(sweep.analyse(family, host, ratios, tasks, meta.plan.confirm_from(),
                                      confirmed(meta, host, [s.id for s in members])))
     return out
@@ -73,7 +83,7 @@ def levels_of(meta: RunMeta) -> dict[str, list[StrategyMeta]]:
     return {f: ss for f, ss in by.items() if len({s.parallel for s in ss}) > 1}
 
 
-def serving_results(meta: RunMeta, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
     """Per host, when a baseline was measured at several levels: the curve of every strategy entry measured at
     N clients (a sweep by its confirmed winner, else its best), and where batching overtakes each speculative one."""
     multi = levels_of(meta)
@@ -81,14 +91,13 @@ def serving_results(meta: RunMeta, records: list[dict[str, Any]]) -> list[dict[s
     if not bases:
         return []
     winners = {r.family: (r.confirmation.winner if r.confirmation else r.overall.best if r.overall else None)
-               for r in sweep_results(meta, records)}
-    used = stats.usable(records)
+               for r in sweep_results(meta, index)}
     out = []
     for host in meta.plan.hosts:
         by: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in used:
-            if r["host"] == host:
-                by[r["strategy"]].append(r)
+        for key, ms in index.usable.items():
+            if key.host == host:
+                by[key.strategy] += [m.raw for m in ms]
         families: dict[str, list[StrategyMeta]] = defaultdict(list)
         for s in meta.planned_strategies():
             if not s.speculative and s.baseline is not None:  # an A/A control, a model on its own target
@@ -114,22 +123,22 @@ def serving_results(meta: RunMeta, records: list[dict[str, Any]]) -> list[dict[s
     return out
 
 
-def summary(meta: RunMeta, records: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
     """The summary's `sweeps` and `serving` parts; empty for a run with neither."""
     out: dict[str, Any] = {}
-    sweeps = sweep_results(meta, records)
+    sweeps = sweep_results(meta, index)
     if sweeps:
         out["sweeps"] = [s.as_dict() | {"values": {c: [list(p) for p in meta.strategy(c).sweep]
                                                    for c in s.combinations}} for s in sweeps]
         out["rules_sweep"] = SWEEP_RULE
-    curves = serving_results(meta, records)
+    curves = serving_results(meta, index)
     if curves:
         out["serving"] = curves
         out["rules_serving"] = SERVING_RULE
     return out
 
 
-SWEEP_RULE = ("per combination the paired speedup against the baseline (median over rounds per task, geometric mean "
+SWEEP_RULE = ("per combination the paired speedup against the baseline (geometric mean over rounds per task and "
               "over tasks; 95% Student-t interval on the log ratios over rounds); each combination is compared with "
               "the best round by round (two-sided t-test on the log ratio of the two), p-values Holm-adjusted over "
               f"the sweep (family-wise error {sweep.ALPHA:.0%}): a combination is worse than the best when its "

@@ -12,7 +12,9 @@ from typing import Any
 import docker.errors
 
 from harness import LABEL_PREFIX, KitError
-from harness.analysis import stats, sweep
+from harness.analysis import convergence as cv
+from harness.analysis import sweep, tuning
+from harness.analysis.records import CellIndex, CellKey
 from harness.hosts import environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images
@@ -91,14 +93,15 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False,
-        build_missing: bool = True) -> str:
+        build_missing: bool = True, extend: Extender | None = None) -> str:
     """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
-    have run. The image runs code from the manifest's source: one that is not the official llama.cpp source on the
-    kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
+    have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
+    the original is decided), up to `max_rounds`. The image runs code from the manifest's source: one that is not
+    the official llama.cpp source on the kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
@@ -123,7 +126,7 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
                                  strategies=[s.id for s in plan.strategies])
     for e in engines:
         require_ready(e, manifest, models_dir)
-    if until is not None:
+    if until is not None or extend is not None:
         max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
@@ -139,7 +142,32 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
                                confirm_rounds(manifest, plan.runs))
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
-    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress)
+    if extend is None and until is not None:
+        extend = converge(until)
+    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress, extend,
+                    max_rounds or DEFAULT_MAX_ROUNDS)
+
+
+#: Decides a run's next round after its planned ones: the cells to run and a line saying why, or None when done
+#: (with the line saying how it ended). Called with the run folder and the rounds run so far.
+Extender = Callable[[RunDir, int], tuple[list[CellKey] | None, str]]
+
+
+def converge(target: float) -> Extender:
+    """`--until`: the next round runs the cells whose speedup interval is still wider than `target`, and their
+    baselines (harness/analysis/convergence.py)."""
+    def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
+        meta = rd.read_meta()
+        conv = cv.convergence(CellIndex(rd.measurements()), {s.id: s.baseline for s in meta.planned_strategies()},
+                              target)
+        if conv.done:
+            return None, f"until ±{target:.0%}: every cell converged after {last} rounds"
+        open_cells = ", ".join(f"{c.key.strategy}/{c.key.task}" + (f" ±{c.half_width:.0%}"
+                                                                    if c.half_width is not None else "")
+                               for c in conv.cells if not c.converged)
+        return conv.to_run, (f"until ±{target:.0%}: {len(conv.pending)} cell(s) not converged after {last} rounds: "
+                             f"{open_cells}")
+    return decide
 
 
 def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
@@ -175,20 +203,20 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
-             progress: bool) -> str:
+             progress: bool, extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS) -> str:
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress)
     meta = rd.read_meta()
-    for extra in meta.plan.extra_rounds:  # rounds an interrupted --until run had already decided on
+    for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
         counts = executor.execute(plan.items)
-        confirmed = meta.plan.confirm_from() is not None  # decided before an interruption: run as planned
-        if meta.plan.until is not None and not confirmed:
-            _until(plan, executor, rd, counts, log)
+        confirmed = meta.plan.confirm_from() is not None  # decided before an interruption: replayed above
+        if extend is not None and not confirmed:
+            _extend(plan, executor, rd, counts, log, extend, cap)
         if meta.plan.confirm_rounds and plan.sweeps() and not confirmed:
             _confirm(plan, executor, rd, counts, log)
     except KeyboardInterrupt:
@@ -199,27 +227,23 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             + f"; results in {rd.path}")
 
 
-def _until(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
-    """Add rounds of the cells whose speedup interval is still wider than the target (and their baselines), one
-    round at a time, until every cell has converged or the round cap is reached; name the cells that did not."""
-    meta = rd.read_meta()
-    target, cap = meta.plan.until, meta.plan.max_rounds or DEFAULT_MAX_ROUNDS
-    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None],
+            decide: Extender, cap: int) -> None:
+    """Add rounds after the planned ones, one at a time, of the cells `decide` names, until it says done or the
+    round cap is reached; the rounds are recorded in run.json first, so a resumed run replays them."""
     while True:
-        conv = stats.convergence(rd.measurements(), baselines, target)
         last = max((i.round for i in plan.items), default=0)
-        if conv.done:
-            log(f"until ±{target:.0%}: every cell converged after {last} rounds")
+        cells, why = decide(rd, last)
+        if cells is None:
+            log(why)
             return
         if last >= cap:
-            open_cells = ", ".join(f"{c.strategy}/{c.task}" + (f" ±{c.half_width:.0%}" if c.half_width is not None
-                                                                else "") for c in conv.cells if not c.converged)
-            log(f"until ±{target:.0%}: {len(conv.pending)} cell(s) did not converge in {cap} rounds: {open_cells}")
+            log(f"{why}; stopped at the cap of {cap} rounds")
             return
-        cells = [list(k) for k in conv.to_run]
-        meta.plan.extra_rounds.append({"round": last + 1, "cells": cells})
+        meta = rd.read_meta()
+        meta.plan.extra_rounds.append({"round": last + 1, "cells": [list(k) for k in cells]})
         rd.update_meta(plan=meta.plan)
-        log(f"until ±{target:.0%}: round {last + 1} for {len(conv.pending)} cell(s) not converged yet")
+        log(f"{why}; round {last + 1} for {len(cells)} cell(s)")
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
         for k in ("ok", "failed"):
             counts[k] += more[k]
@@ -231,13 +255,13 @@ def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int],
     best of many noisy combinations is biased upward (the winner's curse); the confirmation rounds are not."""
     meta = rd.read_meta()
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
-    records = rd.measurements()
+    index = CellIndex(rd.measurements())
+    tasks = [t.id for t in plan.tasks]
     cells: list[list[str]] = []
     chosen: list[str] = []
     for host in plan.hosts:
         for family, members in plan.sweeps().items():
-            ratios = {s.id: {t.id: stats.paired_ratios(records, host, s.id, t.id, baselines[s.id])
-                             for t in plan.tasks} for s in members if baselines.get(s.id)}
+            ratios = tuning.sweep_ratios(index, host, [(s.id, baselines.get(s.id)) for s in members], tasks)
             top = [c for c, _ in sweep.rank(ratios)[:2]]
             if not top:
                 log(f"{host}: sweep {family}: no paired rounds to choose from; no confirmation")
@@ -246,7 +270,7 @@ def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int],
             log(f"{host}: sweep {family}: confirming {' and '.join(top)} in {n} fresh round{'s' if n > 1 else ''}")
             chosen += top
             for sid in top + [baselines[c] for c in top]:
-                cells += [[host, sid, t.id] for t in plan.tasks if [host, sid, t.id] not in cells]
+                cells += [[host, sid, t] for t in tasks if [host, sid, t] not in cells]
     if not cells:
         return
     first = max((i.round for i in plan.items), default=0) + 1

@@ -13,6 +13,8 @@ from typing import Any
 
 from harness.analysis import compare as cmp
 from harness.analysis import report
+from harness.analysis import reproduction as rp
+from harness.analysis.records import CellKey
 from harness.files import now_iso
 from harness.hosts.engine import LocalEngine
 from harness.image import build
@@ -25,8 +27,13 @@ from harness.store.rundir import RunDir
 
 
 def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[str], None] = print,
-              progress: bool = True, engines=None, trust_source: bool = False) -> dict[str, Any]:
-    """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one.
+              progress: bool = True, engines=None, trust_source: bool = False,
+              margin: float = rp.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None
+              ) -> dict[str, Any]:
+    """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one, each
+    cell's B/A speedup against ±margin. With `until`, rounds are added here after the original's number, for the
+    cells whose comparison is still inconclusive (and their baselines), until the verdict is decided or
+    `max_rounds`.
 
     What arrives is untrusted: it is verified before anything is fetched, and a build source other than the
     official one is refused unless `trust_source`."""
@@ -51,17 +58,44 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
         rec = build.build(e, manifest, log=log, host=e.name, trust_source=trust_source)
         log(f"reproduce: image {rec['tag']} on {e.name} ({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
+    extend = decided(original, margin) if until and original is not None else None
     out = runner.run(manifest_path, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,
                      runs=plan.runs if plan else None, progress=progress, engines=engines, log=log,
-                     trust_source=trust_source)
+                     trust_source=trust_source, extend=extend, max_rounds=max_rounds)
     log(out)
     new = workdir / "results" / run_id
     result: dict[str, Any] = {"run": str(new), "original": str(original) if original else None}
     if original is not None:
-        result["comparison"] = cmp.compare(original, new)
+        result["comparison"] = cmp.compare(original, new, margin)
         report.write([new], workdir / "RESULTS.md", comparison=result["comparison"])
         (workdir / "compare.json").write_text(json.dumps(result["comparison"], indent=2) + "\n")
     else:
         report.write([new], workdir / "RESULTS.md")
     return result
+
+
+def decided(original: Path, margin: float) -> runner.Extender:
+    """`invoke reproduce --until`: another round for the cells whose comparison with the original is still
+    inconclusive (all cells of a strategy whose geometric mean is), with their baselines, until the verdict is
+    reproduces or differs."""
+    def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
+        res = cmp.compare(original, rd.path, margin)
+        call = res["call"]
+        if call in ("reproduces", "differs", "not comparable"):
+            return None, f"reproduce --until: {call} after {last} rounds here"
+        open_strategies = {g["strategy"] for g in res["geomeans"] if g["verdict"] == "inconclusive"}
+        meta = rd.read_meta()
+        base = {s.id: s.baseline for s in meta.planned_strategies()}
+        cells: list[CellKey] = []
+        for r in res["rows"]:
+            if r["verdict"] == "inconclusive" or (r["strategy"] in open_strategies and r["verdict"] == "reproduces"):
+                host = r["host_b"] or r["host"]
+                for s in (r["strategy"], base.get(r["strategy"])):
+                    key = CellKey(host, s, r["task"]) if s else None
+                    if key is not None and key not in cells:
+                        cells.append(key)
+        if not cells:
+            return None, f"reproduce --until: {call}, and adding rounds here would not decide it"
+        return cells, f"reproduce --until: still inconclusive after {last} rounds ({res['verdict'].split(';')[0]})"
+    return decide
