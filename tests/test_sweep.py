@@ -233,8 +233,8 @@ def test_confirmation_uses_only_the_rounds_after_the_sweep():
 # -- serving ------------------------------------------------------------------------------------------------
 
 
-def _samples(name, n, agg, rounds=range(1, 5), spec=None, noise=0.03, seed=0):
-    rng = np.random.default_rng(seed + n)
+def _samples(name, n, agg, rounds=range(1, 5), spec=None, noise=0.03):
+    rng = np.random.default_rng([n, len(name)])  # each strategy and level its own noise
     return [serving.Sample(name, n, r, "t/p", agg * math.exp(rng.normal(0, noise)), (agg / n,), (0.1,), 0.02, 0.05,
                            spec) for r in rounds]
 
