@@ -13,11 +13,14 @@ import yaml
 
 from harness import ROOT
 from harness.analysis import serving, sweep
+from harness.analysis.records import CellIndex
+from harness.analysis.tuning import summary
 from harness.intake import manifest as mf
 from harness.intake import sweep as expansion
 from harness.run import plan as pl
 from harness.run.client import percentiles
 from harness.run.server import server_command
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, SPARK, write_manifest
 
 DEMO_RAW = yaml.safe_load(DEMO.read_text())
@@ -264,3 +267,29 @@ def test_inter_token_percentiles():
     gaps = [0.0, 0.0, 0.0, 0.1] * 25  # bursts of accepted drafts: median 0, the pass itself at p99
     out = percentiles(gaps)
     assert out["itl_p50_s"] == 0.0 and out["itl_p99_s"] == pytest.approx(0.1)
+
+
+# -- the committed real-text sweep ------------------------------------------------------------------------------
+
+
+def test_committed_real_text_sweep_has_a_confirmed_winner_and_a_serving_curve():
+    """results/real-gemma3-270m-sweep (gemma-3-270m on this machine's CPU): six combinations, the winner and the
+    runner-up confirmed in rounds of their own, the baseline at three levels, and RESULTS.md says so."""
+    rd = RunDir.open(ROOT / "results" / "real-gemma3-270m-sweep")
+    meta = rd.read_meta()
+    part = summary(meta, CellIndex(rd.measurements()))
+    res = part["sweeps"][0]
+    assert res["family"] == "ngram-simple" and len(res["combinations"]) == 6
+    conf = res["confirmation"]
+    first = meta.plan.confirm_from()
+    assert first == meta.plan.runs + 1 and conf["rounds"] == list(range(first, first + meta.plan.confirm_rounds))
+    assert {conf["winner"], conf["runner_up"]} <= set(res["combinations"])
+    assert conf["winner_figure"]["estimate"] and conf["winner_figure"]["rounds"] >= 2
+    curves = part["serving"][0]["curves"]
+    assert [p["streams"] for p in curves["baseline"]] == [1, 2, 4]
+    assert [p["streams"] for p in curves["ngram-mod"]] == [1, 2, 4]
+    assert all(p["speculating"] for p in curves["ngram-mod"])  # the server said so, slot by slot
+    assert {c["strategy"] for c in part["serving"][0]["crossovers"]} == {conf["winner"], "ngram-mod"}
+    text = (ROOT / "RESULTS.md").read_text(encoding="utf-8")
+    assert "## Run real-gemma3-270m-sweep" in text and "### Sweeps: which setting" in text
+    assert "### Serving: throughput against per-stream latency" in text

@@ -6,9 +6,10 @@ the aggregate rate (all streams' tokens over the wall time from the first reques
 per-stream decode rates, times to first token, inter-token latencies, and whether every slot speculated
 (GET /slots) and the streams drafted.
 
-- A curve point (a strategy at N): the median aggregate tok/s with a Student-t interval over rounds on the logs
-  of each round's geometric mean over prompts (scipy.stats.ttest_1samp), beside the median per-stream rate, time
-  per output token, time to first token and the inter-token latency p50 / p99 (medians over measurements).
+- A curve point (a strategy at N): the aggregate tok/s, the geometric mean over rounds of each round's geometric
+  mean over prompts, with a Student-t interval on those logs (scipy.stats.ttest_1samp), beside the median
+  per-stream rate, time per output token, time to first token and the inter-token latency p50 / p99 (medians over
+  measurements).
 - Batching against speculation: at each level N of the baseline, the speculative strategy at N where it was
   measured and speculated (else at its highest level below N that did: N clients with fewer slots wait for one),
   paired with the baseline at N by round and prompt: aggregate(speculation) / aggregate(baseline at N), a
@@ -70,14 +71,13 @@ def _round_logs(pairs: Sequence[tuple[int, float]]) -> dict[int, float]:
     return {r: statistics.fmean(xs) for r, xs in sorted(by.items())}
 
 
-def band(pairs: Sequence[tuple[int, float]], estimate: float | None = None) -> Band:
-    """(round, value) pairs: the estimate (the median value, unless given) and a Student-t interval over rounds
-    of each round's mean log value."""
-    vals = [v for _, v in pairs if v and v > 0]
-    if not vals:
-        return Band(None, None, None, 0)
+def band(pairs: Sequence[tuple[int, float]]) -> Band:
+    """(round, value) pairs: the geometric mean over rounds of each round's geometric mean, and a Student-t
+    interval on those logs."""
     logs = np.asarray(list(_round_logs(pairs).values()), dtype=float)
-    est = statistics.median(vals) if estimate is None else estimate
+    if not len(logs):
+        return Band(None, None, None, 0)
+    est = math.exp(float(np.mean(logs)))
     if len(logs) < 2:
         return Band(est, None, None, len(logs))
     if np.all(logs == logs[0]):
@@ -173,9 +173,7 @@ def crossover(name: str, baseline: str, spec: dict[int, Sequence[Sample]],
         b = {(s.round, s.prompt): s.aggregate_tok_s for s in base[n]}
         pairs = [(s.round, s.aggregate_tok_s / b[(s.round, s.prompt)]) for s in spec[stand]
                  if b.get((s.round, s.prompt))]
-        logs = _round_logs(pairs)
-        est = math.exp(statistics.fmean(logs.values())) if logs else None
-        levels.append(Level(n, stand, band(pairs, est)))
+        levels.append(Level(n, stand, band(pairs)))
     over = next((x.streams for x in levels if x.ratio.high is not None and x.ratio.high < 1), None)
     below = next((x.streams for x in levels if x.ratio.estimate is not None and x.ratio.estimate < 1), None)
     return Crossover(name, baseline, tuple(levels), over, below)

@@ -146,6 +146,7 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
     if overall is None:
         return None
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -164,22 +165,25 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
             pts = [(xs_all.index(values[c].get(first)), figs[c]) for c in combos if figs.get(c, {}).get("estimate")]
             pts.sort()
             ys = [f["estimate"] for _, f in pts]
-            lo = [y - (f["low"] if f["low"] is not None else y) for y, (_, f) in zip(ys, pts, strict=True)]
-            hi = [(f["high"] if f["high"] is not None else y) - y for y, (_, f) in zip(ys, pts, strict=True)]
+            lo = [max(0.0, y - (f["low"] if f["low"] is not None else y)) for y, (_, f) in zip(ys, pts, strict=True)]
+            hi = [max(0.0, (f["high"] if f["high"] is not None else y) - y) for y, (_, f) in zip(ys, pts, strict=True)]
             ax.errorbar([x for x, _ in pts], ys, yerr=[lo, hi], marker="o", capsize=3, label=rest)
         conf = res.get("confirmation")
         shown = [f["estimate"] for f in figs.values() if f.get("estimate")]
         if conf:
-            for key, fkey, marker in (("winner", "winner_figure", "*"), ("runner_up", "runner_up_figure", "P")):
+            for key, fkey, marker, dx in (("winner", "winner_figure", "*", 0.1), ("runner_up", "runner_up_figure", "P",
+                                                                                   -0.1)):
                 c, f = conf.get(key), conf.get(fkey) or {}
                 if c in values and f.get("estimate"):
                     x = xs_all.index(values[c].get(first))
                     est = f["estimate"]
                     shown.append(est)
-                    err = [[est - (f["low"] or est)], [(f["high"] or est) - est]]
-                    ax.errorbar([x + 0.08], [est], yerr=err, marker=marker, markersize=11, color="black",
+                    err = [[max(0.0, est - (f["low"] or est))], [max(0.0, (f["high"] or est) - est)]]
+                    ax.errorbar([x + dx], [est], yerr=err, marker=marker, markersize=11, color="black",
                                 capsize=3, linestyle="none", label=f"confirmed {key.replace('_', '-')}: {c}")
         ax.set_yscale("log")  # speedups are ratios; an interval of a few rounds is wide upward
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_ylim(min(shown + [1.0]) / 2, max(shown + [1.0]) * 2)  # estimates in view, wild intervals cut
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xticks(range(len(xs_all)), [str(x) for x in xs_all])
@@ -209,8 +213,8 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
                 continue
             xs = [p["tpot_ms"] for p in pts]
             ys = [p["aggregate_tok_s"]["estimate"] for p in pts]
-            lo = [y - (p["aggregate_tok_s"]["low"] or y) for y, p in zip(ys, pts, strict=True)]
-            hi = [(p["aggregate_tok_s"]["high"] or y) - y for y, p in zip(ys, pts, strict=True)]
+            lo = [max(0.0, y - (p["aggregate_tok_s"]["low"] or y)) for y, p in zip(ys, pts, strict=True)]
+            hi = [max(0.0, (p["aggregate_tok_s"]["high"] or y) - y) for y, p in zip(ys, pts, strict=True)]
             label = pts[0]["strategy"] if len(pts) == 1 else family
             line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
             top = max(top, *ys)
