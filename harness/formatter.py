@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 DASH = "-"
 
@@ -54,19 +55,62 @@ def gbs(x: float | None) -> str:
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|$])")
 
 
+def _hidden(ch: str) -> bool:
+    """A character a terminal or renderer acts on or hides rather than shows: C0/C1 controls (ESC, CSI, BEL,
+    backspace), DEL, format characters (bidi overrides, zero-width), line and paragraph separators, surrogates."""
+    o = ord(ch)
+    if o < 32 or 127 <= o < 160:
+        return True
+    return o >= 160 and unicodedata.category(ch) in ("Cf", "Zl", "Zp", "Cs", "Co")
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(ch: str) -> str:
+    o = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    return f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def visible(text: object, max_len: int | None = None, *, spaces: bool = False) -> str:
+    """Text from elsewhere (a run folder, a manifest, a model file, a remote host) with every character that a
+    terminal or renderer would act on shown as an escape (ESC as `\\x1b`), so it can neither move the cursor,
+    set a title, erase a line nor fake one; with `spaces`, tab and line breaks become spaces instead."""
+    s = str(text)
+    if max_len is not None and len(s) > max_len:
+        s = s[: max_len - 1] + "…"
+    if not any(_hidden(ch) for ch in s):
+        return s
+    return "".join((" " if spaces and ch in "\t\n\r" else _escape(ch)) if _hidden(ch) else ch for ch in s)
+
+
+def console(text: object, max_len: int | None = 2000) -> str:
+    """One line of foreign text for the terminal: control characters and escapes shown visibly, a line break as
+    `\\n` (a value cannot start a line of its own), long text cut."""
+    return visible(text, max_len)
+
+
+def console_lines(text: str) -> str:
+    """A block the kit rendered itself (its own line breaks kept), each line passed through `console`: a last
+    line of defence for values that reached it unescaped."""
+    return "\n".join(console(line, None) for line in str(text).split("\n"))
+
+
 def md(text: object, max_len: int = 300) -> str:
     """Text from a run folder or a manifest, safe inside Markdown (and the HTML a renderer makes of it): control
-    characters and line breaks become spaces, Markdown and HTML specials are backslash-escaped, long text is cut."""
-    s = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in str(text))
-    if len(s) > max_len:
-        s = s[: max_len - 1] + "…"
+    characters shown as escapes, line breaks and tabs as spaces, Markdown and HTML specials backslash-escaped,
+    long text cut."""
+    s = visible(text, max_len, spaces=True)
     s = _MD_SPECIAL.sub(r"\\\1", s)
     return s.replace("&", "&amp;")
 
 
 def code(text: object, max_len: int = 300) -> str:
-    """Text as inline code: backticks cannot close it early and nothing inside is interpreted."""
-    s = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in str(text))[:max_len]
+    """Text as inline code: backticks cannot close it early, nothing inside is interpreted, control characters
+    are shown as escapes."""
+    s = visible(text, max_len, spaces=True)
     s = s.replace("`", "'")
     return f"`{s}`"
 

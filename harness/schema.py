@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jsonschema
 from jsonschema import Draft202012Validator
+from jsonschema.validators import extend
 
 from harness import SCHEMAS, KitError
 
@@ -38,11 +41,67 @@ def load(name: str) -> dict[str, Any]:
         raise KitError(f"{path}: schema file missing") from None
 
 
+#: The largest magnitude a number in a file may have: far above any rate, time or size the kit records, far below
+#: what overflows arithmetic (1e308 squared, exp of it); integers stay within 64 bits.
+MAX_NUMBER = 1e15
+MAX_INTEGER = 1 << 63
+
+
+def _number_in_bounds(x: Any) -> bool:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    if isinstance(x, int):
+        return -MAX_INTEGER < x < MAX_INTEGER
+    return math.isfinite(x) and abs(x) <= MAX_NUMBER
+
+
+def _is_number(checker: Any, x: Any) -> bool:
+    """JSON numbers, without NaN and Infinity (Python's json reads both literals) and within MAX_NUMBER."""
+    return _number_in_bounds(x)
+
+
+def _is_integer(checker: Any, x: Any) -> bool:
+    return _number_in_bounds(x) and (isinstance(x, int) or x.is_integer())
+
+
+@functools.lru_cache(maxsize=512)
+def python_pattern(pattern: str) -> re.Pattern[str]:
+    """A JSON Schema (ECMA-262) pattern as a Python regex: an unescaped `$` outside a character class becomes
+    `\\Z`, because Python's `$` also matches before a final newline and ECMA's does not ("name\\n" must fail
+    `^[a-z]+$`)."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "$":
+            ch = r"\Z"
+        out.append(ch)
+        i += 1
+    return re.compile("".join(out))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not python_pattern(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = extend(Draft202012Validator, validators={"pattern": _pattern},
+                    type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
+                        {"number": _is_number, "integer": _is_integer}))
+
+
 @functools.cache
 def validator(name: str) -> Draft202012Validator:
     schema = load(name)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return _Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
 def field_path(parts: Iterable[Any]) -> str:
@@ -70,6 +129,10 @@ def _message(error: jsonschema.ValidationError) -> str:
     if error.validator == "pattern":
         return f"{where}: {_short(error.instance)} does not match {error.validator_value!r}"
     if error.validator == "type":
+        if isinstance(error.instance, int | float) and not isinstance(error.instance, bool) \
+                and not _number_in_bounds(error.instance):
+            return (f"{where}: {_short(error.instance)} is not a finite number within ±{MAX_NUMBER:g} "
+                    f"(expected {error.validator_value})")
         got = f"{type(error.instance).__name__} {_short(error.instance)}"
         return f"{where}: expected {error.validator_value}, got {got}"
     bound = {"minimum": "expected at least {v}, got {x}", "maximum": "expected at most {v}, got {x}",

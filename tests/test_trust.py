@@ -41,30 +41,11 @@ from harness.share import reproduce
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 from tests.conftest import DEMO, SPARK, write_manifest
-from tests.crafted import DEMO_RUN, Sandbox, bundle_files, demo_bundle, member, rebundle, write_tar
+from tests.crafted import DEMO_RUN, Sandbox, bundle_files, demo_bundle, member, one_line, rebundle, write_tar
 from tests.fakehub import FakeHub
 
 DEMO_RAW = yaml.safe_load(DEMO.read_text())
 ONE_BASELINE = [{"id": "baseline", "spec_type": "none"}]
-
-
-@pytest.fixture()
-def sandbox(tmp_path):
-    box = Sandbox(tmp_path, tmp_path / "work", tmp_path / "outside")
-    box.work.mkdir()
-    box.outside.mkdir()
-    (box.outside / "canary.txt").write_text("canary\n")
-    before = box.state()
-    yield box
-    assert box.state() == before, "something was written outside the work folder"
-
-
-def one_line(e: pytest.ExceptionInfo, *parts: str) -> str:
-    msg = str(e.value)
-    assert "\n" not in msg and "Traceback" not in msg, msg
-    for p in parts:
-        assert p in msg, f"{p!r} not in {msg!r}"
-    return msg
 
 
 def _manifest(folder: Path, **changes) -> Path:

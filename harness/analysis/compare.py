@@ -150,13 +150,14 @@ def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
 
 
 def table(result: dict[str, Any], fmt: str = "simple") -> str:
-    """Every cell of A against B, then each strategy's geometric mean; text from the runs is made safe for the
-    console or Markdown by the caller's formatter."""
+    """Every cell of A against B, then each strategy's geometric mean; names from the runs are shown with their
+    escapes visible (formatter.console), safe in a terminal and in a Markdown code block."""
     several = len(result["a"]["hosts"]) > 1 or len(result["b"]["hosts"]) > 1
     rows = []
+    c = fm.console  # names come from the run folders: their escapes are shown, never sent to the terminal
     for r in result["rows"] + result.get("geomeans", []):
-        rows.append(([f"{r['host']} / {r['host_b'] or '-'}"] if several else []) + [
-            r["strategy"], r["task"] or "geomean", _sp(r["speedup_a"], r["interval_a"]),
+        rows.append(([c(f"{r['host']} / {r['host_b'] or '-'}", 200)] if several else []) + [
+            c(r["strategy"], 100), c(r["task"], 100) if r["task"] else "geomean", _sp(r["speedup_a"], r["interval_a"]),
             _sp(r["speedup_b"], r["interval_b"]), _sp(r["ratio"], r["ratio_interval"]), r["verdict"],
             r["fingerprint"] if r["task"] else "", "-" if r["tok_s_ratio"] is None else fm.ratio(r["tok_s_ratio"])])
     headers = (["hosts (A / B)"] if several else []) + [
@@ -165,11 +166,12 @@ def table(result: dict[str, Any], fmt: str = "simple") -> str:
 
 
 def text(result: dict[str, Any], fmt: str = "simple") -> str:
-    lines = [f"A: {result['a']['run_id']}   B: {result['b']['run_id']}"]
+    c = fm.console  # values from the run folders (run ids, hardware, models): escapes shown, one line each
+    lines = [f"A: {c(result['a']['run_id'], 200)}   B: {c(result['b']['run_id'], 200)}"]
     if result["differences"]:
         lines.append("environments differ:")
         for d in result["differences"]:
-            lines.append(f"  {d['field']}: A {d['a']!s:.70} | B {d['b']!s:.70}"
+            lines.append(f"  {c(d['field'], 200)}: A {c(d['a'], 70)} | B {c(d['b'], 70)}"
                          + ("" if d["blocking"] else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
@@ -180,5 +182,5 @@ def text(result: dict[str, Any], fmt: str = "simple") -> str:
               f"{result['family']} (cells and geometric means, Holm at 5%); else inconclusive. The verdict "
               "reproduces only when every cell and geometric mean does. fingerprint = draft counts and output "
               "hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine state: shown, "
-              "never judged.", "", f"verdict: {result['verdict']}"]
+              "never judged.", "", f"verdict: {c(result['verdict'], 1000)}"]
     return "\n".join(lines)

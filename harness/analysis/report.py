@@ -423,11 +423,11 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
         hi = [max(0.0, (iv.get("high") or y) - y) for y, iv in zip(ys, ivs, strict=True)]
         xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
-               label=f"{h}: {s}" if v.several_hosts else s)
+               label=fm.visible(f"{h}: {s}" if v.several_hosts else s, 100))
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right", parse_math=False)
+    ax.set_xticks(range(len(tasks)), [fm.visible(t, 60) for t in tasks], rotation=30, ha="right", parse_math=False)
     ax.set_ylabel("speedup vs baseline (95% interval)")
-    ax.set_title(f"{summary['manifest']['name']}: paired decode speedup per task", parse_math=False)
+    ax.set_title(f"{fm.visible(summary['manifest']['name'], 100)}: paired decode speedup per task", parse_math=False)
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
     fig.tight_layout()

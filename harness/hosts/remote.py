@@ -24,6 +24,7 @@ import io
 import logging
 import random
 import re
+import secrets
 import shlex
 import socket
 from collections.abc import Iterable
@@ -39,9 +40,12 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 import docker
 from harness import KitError
 from harness.files import file_sha256
+from harness.formatter import console
 from harness.hosts.engine import Endpoint, Engine, LocalEngine
 
 DOCKER_API_MIN = "1.24"
+#: The kit's own folder inside a host's models folder: files it sent, by sha256 (harness/hosts/remote.py).
+SENT_FOLDER = ".specbench-sent"
 
 
 class _QuietRefusedChannels(logging.Filter):
@@ -97,14 +101,33 @@ def _hop_of(conn: Connection, server: str) -> tuple[str, int]:
     return host, int(port) if port.isdigit() else 22
 
 
+#: user@host[:port] or an ssh config alias; a host is a name, an IPv4 address or a bracketed IPv6 address.
+_HOST_SPEC = re.compile(r"(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?"
+                        r"(?P<host>[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{1,5}))?")
+
+
+def check_host_spec(spec: str) -> None:
+    """Refuse, in one line, a --host that is not user@host[:port] or an ssh config alias (Fabric would raise
+    ValueError on a port that is not a number)."""
+    m = _HOST_SPEC.fullmatch(spec)
+    if m is None or (m.group("port") is not None and not 1 <= int(m.group("port")) <= 65535):
+        raise KitError(f"--host {console(spec, 200)!r}: expected user@host[:port] with a port from 1 to 65535, or an "
+                       "ssh config alias")
+
+
 def open_connection(spec: str, *, port: int | None = None, key_filename: str | None = None,
                     known_hosts: str | None = None, connect_timeout: float = 15) -> Connection:
     """An open Fabric Connection to `spec` (user@host[:port] or an ssh config alias) with host keys checked on
     every hop."""
+    check_host_spec(spec)
     connect_kwargs: dict[str, Any] = {}
     if key_filename:
         connect_kwargs.update(key_filename=[str(key_filename)], look_for_keys=False, allow_agent=False)
-    conn = Connection(spec, port=port, connect_timeout=connect_timeout, connect_kwargs=connect_kwargs)
+    try:
+        conn = Connection(spec, port=port, connect_timeout=connect_timeout, connect_kwargs=connect_kwargs)
+    except (ValueError, TypeError) as e:  # a port or HostName in ssh config that is not one
+        raise KitError(f"--host {console(spec, 200)!r}: {console(e, 200)} (check it and its entry in "
+                       "~/.ssh/config)") from None
     check_host_keys(conn, known_hosts)
     label = f"{conn.user}@{conn.host}:{conn.port}"
     try:
@@ -353,7 +376,8 @@ class RemoteEngine(Engine):
             raise KitError(f"{self.name}: the SSH connection is down; run the task again")
         try:
             channel = transport.open_session(timeout=30)
-            channel.exec_command(f"cat > {shlex.quote(remote)}")
+            # noclobber: the file must be new; an existing file or a link planted there is never written through
+            channel.exec_command(shlex.join(["sh", "-c", 'set -C && exec cat > "$1"', "sh", remote]))
             for chunk in chunks:
                 channel.sendall(chunk)
             channel.shutdown_write()
@@ -379,35 +403,72 @@ class RemoteEngine(Engine):
 
         self.send_chunks(read(), remote)
 
+    def _describe(self, path: str) -> str:
+        """'17.5 GB, owner me, sha256 0123456789ab' of a file on the host (for a refusal that names it)."""
+        code, out = self.run_host(["stat", "-L", "-c", "%s %U", "--", path])
+        size, _, owner = out.strip().partition(" ")
+        have = self.remote_sha256(path)
+        what = f"{int(size) / 1e9:,.2f} GB" if code == 0 and size.isdigit() else "size unknown"
+        return f"{what}, owner {console(owner or '?', 64)}" + (f", sha256 {have[:12]}" if have else "")
+
     def place_models(self, local: dict[str, Path], log, upload_limit: int = 2 << 30) -> dict[str, Path]:
-        """Model files at the host's models folder, sha256-checked; copies missing ones from here (over the SSH
-        exec channel) when they are small enough to send, else says where to put them."""
+        """Model files on the host, sha256-checked, never overwriting a file the kit did not place.
+
+        A file of the same name in the host's models folder (the user's, e.g. from `invoke models` there) is used
+        when its sha256 matches. Otherwise the kit uses, or sends (over the SSH exec channel, when small enough),
+        a copy in its own content-addressed folder `<models>/.specbench-sent/<sha256>/<name>`: a manifest that
+        names the user's file with other bytes gets a file of its own, and the user's stays as it is."""
         folder = self.models_dir()
-        code, _ = self.run_host(["mkdir", "-p", folder])
+        code, _ = self.run_host(["mkdir", "-p", "--", folder])
         if code != 0:
             raise KitError(f"{self.name}: cannot make the models folder {folder}; choose one this user may write "
                            "with --remote-models")
-        code, _ = self.run_host(["sh", "-c", "command -v sha256sum"])
+        code, _ = self.run_host(["sh", "-c", "command -v sha256sum && command -v mktemp"])
         if code != 0:
-            raise KitError(f"{self.name}: sha256sum is missing there (coreutils); install it to check model files")
+            raise KitError(f"{self.name}: sha256sum or mktemp is missing there (coreutils); install it to check "
+                           "model files")
         out: dict[str, Path] = {}
         for key, path in local.items():
-            remote = f"{folder}/{path.name}"
             want = file_sha256(path)
-            have = self.remote_sha256(remote)
-            if have != want:
+            users = f"{folder}/{path.name}"
+            sent = f"{folder}/{SENT_FOLDER}/{want}/{path.name}"
+            theirs = self.remote_sha256(users)
+            if theirs == want:
+                out[key] = Path(users)
+                continue
+            if self.remote_sha256(sent) != want:
                 size = path.stat().st_size
+                other = "" if theirs is None else \
+                    f"; {users} holds other bytes ({self._describe(users)}), left as it is"
                 if size > upload_limit:
-                    raise KitError(f"{self.name}: {remote} is {'missing' if have is None else 'different'}; "
-                                   f"{path.name} is {size / 1e9:.1f} GB, too large to send over SSH: download it "
-                                   f"there (`invoke models` on the host) or copy it with scp")
-                log(f"{self.name}: sending {path.name} ({size / 1e6:.1f} MB) to {remote}")
-                self.send_file(path, remote + ".partial")
-                self.run_host(["mv", remote + ".partial", remote])
-                if self.remote_sha256(remote) != want:
-                    raise KitError(f"{self.name}: {remote} has a different sha256 after sending it")
-            out[key] = Path(remote)
+                    place = users if theirs is None else sent
+                    raise KitError(f"{self.name}: models.{key}: {path.name} ({size / 1e9:.1f} GB, sha256 "
+                                   f"{want[:12]}) is not there{other}; it is too large to send over SSH: copy it "
+                                   f"to {place} (scp), or make it there with `invoke models`")
+                log(f"{self.name}: sending {path.name} ({size / 1e6:.1f} MB) to {sent}" + other)
+                self._send_new(path, sent)
+                if self.remote_sha256(sent) != want:
+                    raise KitError(f"{self.name}: {sent} has a different sha256 after sending it")
+            out[key] = Path(sent)
         return out
+
+    def _send_new(self, path: Path, remote: str) -> None:
+        """Send a file into the kit's own folder: written to a new file that only this call creates (noclobber,
+        so no link or file already there is written through), then renamed over `remote` (`mv -T`: never into a
+        folder of that name)."""
+        folder = remote.rsplit("/", 1)[0]
+        code, _ = self.run_host(["mkdir", "-p", "--", folder])
+        if code != 0:
+            raise KitError(f"{self.name}: cannot make {folder}; choose a models folder this user may write with "
+                           "--remote-models")
+        partial = f"{remote}.partial-{secrets.token_hex(6)}"
+        try:
+            self.send_file(path, partial)
+            code, _ = self.run_host(["mv", "-T", "-f", "--", partial, remote])
+            if code != 0:
+                raise KitError(f"{self.name}: cannot move {partial} to {remote}")
+        finally:
+            self.run_host(["rm", "-f", "--", partial])
 
     def close(self) -> None:
         super().close()

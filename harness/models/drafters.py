@@ -45,6 +45,7 @@ from harness.models.generate import (
     _masked_rows,
     _vocab,
     _weights,
+    check_size,
     finish,
     write_tiny,
 )
@@ -102,6 +103,7 @@ def drafter_parts(kind: str, seed: int = 7, alpha: float = 0.1, **shape: int) ->
     embed, ff, layers = shape.get("embed", EMBED), shape.get("ff", FF), shape.get("layers", TARGET_LAYERS)
     if embed % HEADS or embed < 64 or ff < 1 or layers < 1:
         raise KitError(f"models: {kind} needs embed a multiple of {HEADS} and at least 64, ff and layers >= 1")
+    check_size(kind, embed, ff, layers)
     if kind == "tiny-eagle3" and layers <= max(EAGLE3_TARGET_LAYERS):
         raise KitError(f"models: tiny-eagle3 reads target layers {list(EAGLE3_TARGET_LAYERS)}; the target "
                        f"needs more than {max(EAGLE3_TARGET_LAYERS)} layers, not {layers}")

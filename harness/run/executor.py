@@ -17,6 +17,7 @@ import requests.exceptions
 
 from harness import KitError
 from harness.files import now_iso
+from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
 from harness.run.protocol import Context
@@ -57,7 +58,8 @@ class Progress:
             self.bar = tqdm(total=total, unit="meas", dynamic_ncols=True, leave=True)
 
     def say(self, msg: str) -> None:
-        (self.bar.write if self.bar is not None else self.log)(msg)
+        """A line for the terminal; failure reasons and warnings quote the server's log: escapes shown."""
+        (self.bar.write if self.bar is not None else self.log)(console(msg))
 
     def warning(self, engine: Engine, w: dict[str, str]) -> None:
         key = (engine.name, w["kind"])

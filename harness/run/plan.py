@@ -14,6 +14,7 @@ from harness.image import source
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
+from harness.models.generate import EMBED, FF, TARGET_LAYERS, check_size
 
 #: A plan larger than this is a mistake (a run of a few seconds per measurement would take weeks).
 MAX_MEASUREMENTS = 100_000
@@ -157,16 +158,49 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
     return plan
 
 
-def model_preflight(manifest: Manifest, models_dir: Path) -> list[str]:
+def model_preflight(manifest: Manifest, models_dir: Path,
+                    not_checked: list[str] | None = None) -> list[str]:
     """The pre-flight of the model files already present (harness/models/preflight.py); the flavours are those of the
-    pinned source when it has been fetched, else all are assumed (the run checks against the image)."""
+    pinned source when it has been fetched, else all are assumed (the run checks against the image). Each check
+    that could not run is added to `not_checked`, with why."""
     def facts_of(key: str):
         p = manifest.models[key].local_path(models_dir)
         return gguf_facts.read_facts(p) if p.is_file() else None
 
     tree = source.cached_tree(manifest)
     supported = preflight.supported_flavours(tree) if tree is not None else None
-    return preflight.check_strategies(manifest.strategies, facts_of, supported)
+    skipped: list[tuple[str, str]] = []
+    problems = preflight.check_strategies(manifest.strategies, facts_of, supported, skipped)
+    if not_checked is not None:
+        by_key: dict[str, list[str]] = {}
+        for sid, key in skipped:
+            by_key.setdefault(key, []).append(sid)
+        for key, sids in by_key.items():
+            where = display_path(manifest.models[key].local_path(models_dir))
+            not_checked.append(f"strategies {', '.join(sids)}: the model files against their spec types (GGUF "
+                               f"headers): models.{key} ({where}) is not there yet; `invoke models`, then validate "
+                               "again")
+        present = {k for k, m in manifest.models.items() if m.local_path(models_dir).is_file()}
+        flavoured = [s.id for s in manifest.strategies if (s.draft or s.spec_type == "draft-mtp")
+                     and set(s.model_keys()) <= present]
+        if supported is None and flavoured:
+            not_checked.append(f"strategies {', '.join(flavoured)}: the drafter flavour against the image's "
+                               "llama.cpp (checked against every flavour instead): the pinned source is not fetched "
+                               "yet; `invoke run` checks it against the image before any container starts")
+    return problems
+
+
+def generator_problems(manifest: Manifest) -> list[str]:
+    """Generated models whose shape the generator refuses (too many parameters), one line each."""
+    out = []
+    for m in manifest.models.values():
+        if m.generate is not None:
+            try:
+                check_size(m.generate.kind, **{"embed": EMBED, "ff": FF, "layers": TARGET_LAYERS,
+                                               **m.generate.shape()})
+            except KitError as e:
+                out.append(f"{display_path(manifest.path)}: models.{m.key}.generate: {str(e).removeprefix('models: ')}")
+    return out
 
 
 def confirm_rounds(manifest: Manifest, runs: int) -> int:
@@ -202,17 +236,25 @@ def sweep_lines(manifest: Manifest, plan: Plan) -> list[str]:
 
 
 def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
-    """`invoke validate`: the manifest's plan in a few lines; with strict, every unpinned field is a problem."""
-    problems = check_model_files(manifest, models_dir)
-    problems += model_preflight(manifest, models_dir) if not problems else []
+    """`invoke validate`: the manifest's plan in a few lines; with strict, every unpinned field is a problem. The
+    checks that could not run (a file not there yet) are named, with why."""
+    not_checked: list[str] = []
+    problems = generator_problems(manifest) + check_model_files(manifest, models_dir)
+    problems += model_preflight(manifest, models_dir, not_checked) if not problems else []
     if strict:
         problems += unpinned(manifest)
     if problems:
         raise KitError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} problems:\n  " + "\n  ".join(problems))
+    absent = [m.key for m in manifest.models.values() if m.sha256 and not m.local_path(models_dir).is_file()]
+    if absent:
+        not_checked.append(f"the pinned sha256 of models {', '.join(absent)}: not there yet in "
+                           f"{display_path(models_dir)} (`invoke models` checks each as it makes it)")
     plan = make_plan(manifest, ["local"], shuffle_seed=0)
     hw = manifest.hardware
-    lines = [f"{display_path(manifest.path)}: valid (manifest {manifest.name}, sha256 {manifest.sha256[:12]})",
+    unchecked = f"; {len(not_checked)} check(s) not run, named below" if not_checked else ""
+    lines = [f"{display_path(manifest.path)}: valid (manifest {manifest.name}, sha256 {manifest.sha256[:12]})"
+             f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
              f"build: {manifest.build.backend}"
@@ -221,7 +263,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              "strategies:"]
     untrusted = [f for f, _, _ in untrusted_fields(manifest)]
     if untrusted:
-        lines.insert(-1, f"trust: {', '.join(untrusted)} need --trust-source to build or run (harness/intake/trust.py)")
+        lines.insert(-1, f"trust: {', '.join(untrusted)} need --trust-source to build, run or fetch models "
+                         "(harness/intake/trust.py)")
     width = max(14, *(len(s.id) for s in manifest.strategies))
     for s in manifest.strategies:
         extra = (f" draft={s.draft}" if s.draft else "") + (f" model={s.model}" if s.model != "target" else "")
@@ -246,6 +289,9 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
                   else f"first {m.derive.layer_skip} blocks of {m.derive.parent}" if m.derive else "local file")
         pin = f"sha256 {m.sha256[:12]}" if m.sha256 else "sha256 unpinned"
         lines.append(f"  {m.key:10} {m.file} [{origin}] {state}, {pin}")
+    if not_checked:
+        lines.append("not checked yet:")
+        lines += [f"  {x}" for x in not_checked]
     if strict:
         lines.append("strict: every field that decides the numbers is pinned")
     return "\n".join(lines)

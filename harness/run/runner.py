@@ -17,7 +17,7 @@ from harness.analysis import sweep, tuning
 from harness.analysis.records import CellIndex, CellKey
 from harness.hosts import environment
 from harness.hosts.engine import Engine, LocalEngine
-from harness.image import build, images
+from harness.image import build, images, source
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.models import ensure as models
@@ -117,13 +117,14 @@ def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str
         manifest = mf.load(manifest_path)
     trust.require_trusted(manifest, trust_source)  # before any engine is reached
     engines = engines or [LocalEngine()]
-    if meta is None:
-        record = _image(manifest, engines, build_missing, log, trust_source)
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
                      shuffle_seed=seed, aa_control=aa_control)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = models.ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
+    local_preflight(manifest, plan, model_paths)  # a wrong file costs no build
+    if meta is None:
+        record = _image(manifest, engines, build_missing, log, trust_source)
     for e in engines:
         require_ready(e, manifest, models_dir)
     if until is not None or extend is not None:
@@ -178,6 +179,20 @@ def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
     except docker.errors.DockerException:
         label = None
     return None if label is None else {f for f in label.split(",") if f}
+
+
+def local_preflight(manifest: mf.Manifest, plan: Plan, model_paths: dict[str, Path]) -> None:
+    """The pre-flight rules that need no image, on the files here, before any image is built or engine used: the
+    drafter flavours are those of the pinned source when it has been fetched, else every flavour is assumed (so
+    only what no image could load is refused); `check_model_files` checks the flavours against the image later."""
+    tree = source.cached_tree(manifest)
+    supported = preflight.supported_flavours(tree) if tree is not None else None
+    problems = preflight.check_strategies(plan.strategies, lambda k: gguf_facts.read_facts(model_paths[k]),
+                                          supported)
+    if problems:
+        head = "the model files do not fit their strategies (checked before any build; nothing was started)"
+        raise KitError(head + (": " + problems[0] if len(problems) == 1 else
+                               f"; {len(problems)} problems:\n  " + "\n  ".join(problems)))
 
 
 def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str, dict[str, Path]],

@@ -16,6 +16,7 @@ from harness.analysis import report
 from harness.analysis import reproduction as rp
 from harness.analysis.records import CellKey
 from harness.files import now_iso
+from harness.formatter import console
 from harness.hosts.engine import LocalEngine
 from harness.image import build
 from harness.intake import manifest as mf
@@ -47,7 +48,8 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
             shutil.rmtree(dest)
         manifest_path, original = open_bundle(source, dest)
         plan = RunDir.open(original).read_meta().plan
-        log(f"reproduce: bundle of run {original.parent.name} verified; manifest {manifest_path.name}")
+        log(f"reproduce: bundle of run {console(original.parent.name, 200)} verified; manifest "
+            f"{console(manifest_path.name, 200)}")
     else:
         manifest_path = Path(source)
     manifest = mf.load(manifest_path)

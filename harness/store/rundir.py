@@ -158,7 +158,30 @@ class RunDir:
                 raise KitError(f"{f}: line {i + 1}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
                     from None
             records.append(schema.read("result", rec, f"{f}: line {i + 1}"))
+        self._check_planned(records, [i + 1 for i, ln in enumerate(lines) if ln.strip()])
         return records
+
+    def _check_planned(self, records: list[dict[str, Any]], line_numbers: list[int]) -> None:
+        """Every record is of a cell the run planned (strategy with its spec type, task, prompt, host): a record of
+        anything else (a forged or misplaced line) is one line, never counted as a measurement."""
+        if not records or not self.run_file.is_file():
+            return
+        meta = self.read_meta()
+        spec = {s.id: s.spec_type for s in meta.strategies if s.id in meta.plan.strategies}
+        prompts = {t.id: {p.id for p in t.prompts} for t in meta.tasks if t.id in meta.plan.tasks}
+        for rec, n in zip(records, line_numbers, strict=False):
+            where = f"{self.measurements_file}: line {n}"
+            wrong = ("strategy", rec["strategy"], sorted(spec)) if rec["strategy"] not in spec else \
+                ("task", rec["task"], sorted(prompts)) if rec["task"] not in prompts else \
+                ("host", rec["host"], meta.plan.hosts) if rec["host"] not in meta.plan.hosts else \
+                ("prompt", rec["prompt"], sorted(prompts[rec["task"]])) \
+                if rec.get("prompt") is not None and rec["prompt"] not in prompts[rec["task"]] else None
+            if wrong:
+                raise KitError(f"{where}: {wrong[0]} {wrong[1]!r} is not one the run planned (run.json: "
+                               f"{', '.join(map(str, wrong[2]))[:300]}); this record is not of this run")
+            if rec["spec_type"] != spec[rec["strategy"]]:
+                raise KitError(f"{where}: strategy {rec['strategy']!r} has spec type {rec['spec_type']!r} here and "
+                               f"{spec[rec['strategy']]!r} in run.json; this record is not of this run")
 
     def done_ids(self) -> set[str]:
         return {r["measurement_id"] for r in self.measurements()}
