@@ -136,7 +136,7 @@ def test_expanded_ids_must_stay_unique_and_the_expansion_is_bounded(tmp_path):
         for i in range(9):
             raw["strategies"].append({"id": f"n{i}", "spec_type": "ngram-mod", "parallel": list(range(1, 9)),
                                       "sweep": {"--spec-ngram-mod-n-max": [1, 2, 3, 4]}})
-    assert "strategies: 305 strategies once sweeps and levels are expanded; at most 256" in _bad(tmp_path, huge)
+    assert "strategies[19].id: 273 strategies once sweeps and levels are expanded; at most 256" in _bad(tmp_path, huge)
 
 
 # -- the plan -----------------------------------------------------------------------------------------------

@@ -259,18 +259,15 @@ class Manifest:
         raise KeyError(tid)
 
     def baseline(self, model: str = "target", parallel: int = 1) -> Strategy | None:
-        """The no-speculation control of a target: the first strategy with spec_type none on that model at that
-        concurrency level, else the first one on that model."""
-        nones = [s for s in self.strategies if s.spec_type == "none" and s.model == model]
-        return next((s for s in nones if s.parallel == parallel), nones[0] if nones else None)
+        """The no-speculation control of a target: the first baseline on that model at that level, else its first."""
+        return sweep.at_level([s for s in self.strategies if s.spec_type == "none" and s.model == model], parallel)
 
     def baseline_for(self, strategy: Strategy) -> Strategy | None:
         """The strategy a strategy's speedup is measured against: its own `baseline` (the member of that entry at
         the strategy's concurrency level, else its first), else its target's at the same level."""
-        if strategy.baseline:
-            members = [s for s in self.strategies if strategy.baseline in (s.family_id, s.id)]
-            return next((s for s in members if s.parallel == strategy.parallel), members[0])
-        return self.baseline(strategy.model, strategy.parallel)
+        b = strategy.baseline
+        return sweep.at_level([s for s in self.strategies if b in (s.family_id, s.id)], strategy.parallel) if b \
+            else self.baseline(strategy.model, strategy.parallel)
 
     def models_used(self, strategy_ids: Iterable[str] | None = None) -> list[ModelFile]:
         """The models the strategies use (all of them, or those named), targets and drafts, each once."""
@@ -473,10 +470,8 @@ class _Builder:
         return resolved
 
     def strategies(self, models: dict[str, ModelFile]) -> tuple[Strategy, ...]:
-        """The strategies, each sweep and list of concurrency levels expanded (harness/intake/sweep.py)."""
         out: list[Strategy] = []
         seen: dict[str, str] = {}
-        entries = {s["id"]: s for s in self.raw["strategies"]}
         for i, s in enumerate(self.raw["strategies"]):
             fp = f"strategies[{i}]"
             if s["id"] in seen:  # an entry's combinations are named after it: unique entries, unique names
@@ -485,23 +480,9 @@ class _Builder:
             self.check_models(fp, s, models)
             args = tuple(s.get("args", ()))
             self.check_flags(f"{fp}.args", args)
-            if sweep.levels(s.get("parallel")) != [1] and {"--parallel", "-np"} & {flags.normalise(a)[0] for a in args}:
-                raise self.fail(f"{fp}.args", "give the number of slots with parallel, not --parallel in args")
-            base = s.get("baseline")
-            if base is not None and entries.get(base, {}).get("spec_type") != "none":
-                raise self.fail(f"{fp}.baseline", f"{base!r} is not a baseline (spec_type "
-                                f"{entries[base]['spec_type']!r}, expected 'none')" if base in entries
-                                else f"{base!r} is not a strategy id (expected one of {sorted(entries)})")
-            try:
-                expanded = sweep.expand(s["id"], s["spec_type"], s.get("sweep"), s.get("parallel"), args,
-                                        tuple(self.raw.get("server_args", ())))
-            except sweep.SweepError as e:
-                raise self.fail(f"{fp}.{e.field}", e.message) from None
-            out += [Strategy(e.id, s["spec_type"], s.get("draft"), args + sweep.sweep_args(e), s.get("label"),
-                             e.parallel, s.get("model", "target"), base, s["id"], e.sweep) for e in expanded]
-        if len(out) > sweep.MAX_EXPANDED:
-            raise self.fail("strategies", f"{len(out)} strategies once sweeps and levels are expanded; at most "
-                            f"{sweep.MAX_EXPANDED}")
+            for e in sweep.entry(s, args, self.raw, f"{self.where}: {fp}", len(out)):  # sweeps and levels expanded
+                out.append(Strategy(e.id, s["spec_type"], s.get("draft"), args + sweep.sweep_args(e), s.get("label"),
+                                    e.parallel, s.get("model", "target"), s.get("baseline"), s["id"], e.sweep))
         return tuple(out)
 
     def check_models(self, fp: str, s: dict[str, Any], models: dict[str, ModelFile]) -> None:

@@ -1,6 +1,6 @@
-"""Sweeps and concurrency levels in a manifest: one strategy entry with `sweep: {flag: [values]}` and/or
-`parallel: [N, ...]` becomes one strategy per combination, each measured like any other (fresh container each,
-rounds, pairing).
+"""A manifest's strategy entries as strategies, sweeps and concurrency levels expanded: one entry with
+`sweep: {flag: [values]}` and/or `parallel: [N, ...]` becomes one strategy per combination, each measured like any
+other (fresh container each, rounds, pairing).
 
 A combination is named by its values: `draft-simple[p-min=0.75,n-max=8]`. Of a list of concurrency levels, each
 level above 1 adds `parallel=N` (`baseline[parallel=4]`) and level 1 keeps the plain name, so the single-stream
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.intake import flags
+from harness.intake.bounded_yaml import ManifestError
 
 #: Combinations of one strategy's sweep (values multiplied), before concurrency levels.
 MAX_COMBINATIONS = 32
@@ -123,6 +124,37 @@ def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw
                                  "characters; shorter values or fewer flags")
             out.append(Expanded(eid, tuple(combo), n))
     return out
+
+
+def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], where: str,
+          before: int) -> list[Expanded]:
+    """One schema-checked strategy entry of a manifest (its `args` already allowed; `before` strategies expanded
+    ahead of it) as the strategies it stands for; ManifestError naming `where` and the field below the entry on the
+    first problem: slots given in args beside levels, a `baseline` that is no baseline entry, a sweep that cannot
+    be expanded, too many strategies in all."""
+    try:
+        if levels(raw.get("parallel")) != [1] and {"--parallel", "-np"} & {flags.normalise(a)[0] for a in args}:
+            raise SweepError("args", "give the number of slots with parallel, not --parallel in args")
+        base = raw.get("baseline")
+        kinds = {e["id"]: e["spec_type"] for e in manifest["strategies"]}
+        if base is not None and base not in kinds:
+            raise SweepError("baseline", f"{base!r} is not a strategy id (expected one of {sorted(kinds)})")
+        if base is not None and kinds[base] != "none":
+            raise SweepError("baseline", f"{base!r} is not a baseline (spec_type {kinds[base]!r}, expected 'none')")
+        out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel"), args,
+                     tuple(manifest.get("server_args", ())))
+        if before + len(out) > MAX_EXPANDED:
+            raise SweepError("id", f"{before + len(out)} strategies once sweeps and levels are expanded; at most "
+                             f"{MAX_EXPANDED}")
+    except SweepError as e:
+        raise ManifestError(f"{where}.{e.field}: {e.message}") from None
+    return out
+
+
+def at_level(strategies: list[Any], parallel: int) -> Any:
+    """Of some strategies (of one entry, or the baselines of one target), the one at a concurrency level, else
+    the first; None when there is none."""
+    return next((s for s in strategies if s.parallel == parallel), strategies[0] if strategies else None)
 
 
 def sweep_args(e: Expanded) -> tuple[str, ...]:
