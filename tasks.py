@@ -38,13 +38,16 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
-def _int(flag: str, value) -> int | None:
+def _int(flag: str, value, minimum: int | None = None) -> int | None:
     if value is None:
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise KitError(f"{flag}: expected a whole number, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise KitError(f"{flag}: expected {minimum} or more, got {number}")
+    return number
 
 
 def _fraction(flag: str, value) -> float | None:
@@ -159,11 +162,11 @@ def validate(c, manifest=None, strict=False, models_dir=None):
 def models(c, manifest=None, models_dir=None, no_download=False, trust_source=False):
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
-    from harness.intake.trust import require_trusted
+    from harness.intake import trust
     from harness.models import ensure as md
 
     m = mf.load(_manifest_path(c, manifest))
-    require_trusted(m, trust_source, only="models.")  # before any index is contacted
+    trust.decide(m, trust_source, only="models.")  # the task's one decision, before any index is contacted
     paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
     from harness.files import file_sha256
 
@@ -192,12 +195,13 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     from harness.image import build as bd
     from harness.image import recipe
     from harness.intake import manifest as mf
-    from harness.intake.trust import require_trusted
+    from harness.intake import trust
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
-    m = mf.load(_manifest_path(c, manifest))
-    require_trusted(m, trust_source)  # before any engine or source is reached (a local folder's identity runs git)
+    # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
+    trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
+    m = trusted.manifest
     if plan:
         from harness.image.source import describe_source
 
@@ -211,9 +215,8 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = bd.build(eng, m, backend=backend, force=force, prefer=source,
-                           jobs=int(jobs) if jobs else None, host=eng.name, trust_source=trust_source,
-                           offline_base=base == "offline")
+            rec = bd.build(eng, trusted, backend=backend, force=force, prefer=source,
+                           jobs=int(jobs) if jobs else None, host=eng.name, offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
@@ -262,30 +265,35 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "max_rounds": "round cap for --until (default 20); cells still wider are named",
     "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
                   "how much drift survives the pairing by rounds)",
+    "retakes": "at most this many measurements that other work disturbed are measured again, each at the end of "
+               "its round (default: the manifest's retakes, else 10% of the planned measurements; 0: none)",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
 @kit_errors
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
-        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False):
+        remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
+        retakes=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
-    from harness.intake.trust import require_trusted
+    from harness.intake import trust
     from harness.run import runner
 
-    require_trusted(mf.load(_manifest_path(c, manifest)), trust_source)  # before any engine is reached
+    retakes = _int("--retakes", retakes, minimum=0)
+    # one load and one trust decision, before any engine is reached; the run is handed both
+    trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     runs = runs or _cfg(c, "runs")
 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
-            _manifest_path(c, manifest), results_dir=Path(results or _cfg(c, "results", "results")),
+            trusted, results_dir=Path(results or _cfg(c, "results", "results")),
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, trust_source=trust_source, build_missing=not no_build)
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes)
     print(out)
 
 
@@ -306,11 +314,11 @@ def report(c, run_dir=None, out=None, no_plot=False):
 
 
 @task(auto_shortflags=False, help={
-    "run_dir": "run folder with a probe task (default: the newest under the results folder)",
+    "run_dir": "run folder with a perturbation task (default: the newest under the results folder)",
 })
 @kit_errors
 def sensitivity(c, run_dir=None):
-    """Prompt sensitivity: each probe variant (a phrase added or removed) against its reference prompt, per
+    """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
     from harness.analysis import report as rp
     from harness.analysis.summary import summarize
@@ -319,7 +327,8 @@ def sensitivity(c, run_dir=None):
     d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
     table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
     if not table:
-        raise KitError(f"{d}: no probe task in this run (a task with `probe: true` and several prompts)")
+        raise KitError(f"{d}: no perturbation task in this run (a task with `perturbation: true` and several "
+                       "prompts)")
     print(table)
 
 
@@ -422,12 +431,12 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = images.record(eng.client, m, host=eng.name)
+            rec = images.record(eng, m, host=eng.name)
             if rec is None:
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = pb.run(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
+            res = pb.measure(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")
 

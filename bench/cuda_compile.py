@@ -21,13 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import docker  # noqa: E402
 from harness import LABEL_PREFIX  # noqa: E402
-from harness.hosts import engine  # noqa: E402
+from harness.hosts.engine import Engine, LocalEngine, Mount, connect  # noqa: E402
 from harness.image import build as bd  # noqa: E402
-from harness.image import cuda_base, cuda_image
+from harness.image import cuda_base, cuda_image  # noqa: E402
 from harness.image.source import resolve_source  # noqa: E402
 from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 
 #: llama.cpp's default CUDA architectures for CUDA 13 (ggml/src/ggml-cuda/CMakeLists.txt, GGML_NATIVE=OFF).
 DEFAULT_ARCHS = "75-virtual;80-virtual;86-real;89-real;90-virtual;120a-real;121a-real"
@@ -43,7 +43,7 @@ def log(s: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {s}", flush=True)
 
 
-def time_sample(client: docker.DockerClient, devel: str, src: Path, archs: str,
+def time_sample(engine: Engine, devel: str, src: Path, archs: str,
                 cpu_shares: int) -> dict[str, dict[str, float]]:
     """CPU and wall seconds to compile each SAMPLE file (CMake's own compile rule) for `archs`, in the devel base.
 
@@ -58,9 +58,8 @@ for f in {' '.join(SAMPLE)}; do
   echo "TIME $f $t0 $(date +%s.%N) $c0 $(ticks) $(getconf CLK_TCK)"
 done
 """
-    out = client.containers.run(devel, ["/bin/sh", "-c", script], remove=True, network_mode="none",
-                                volumes={str(src): {"bind": "/src", "mode": "ro"}}, cpu_shares=cpu_shares,
-                                labels={f"{LABEL_PREFIX}.role": "bench"}).decode()
+    out = engine.run_container(devel, ["/bin/sh", "-c", script], {f"{LABEL_PREFIX}.role": "bench"},
+                               mounts=(Mount(src, "/src"),), cpu_shares=cpu_shares).stdout
     times = {}
     for m in re.finditer(r"^TIME (\S+) (\S+) (\S+) (\d+) (\d+) (\d+)$", out, re.M):
         times[m.group(1)] = {"wall": round(float(m.group(3)) - float(m.group(2)), 1),
@@ -78,29 +77,29 @@ def main() -> None:
     ap.add_argument("--estimate-only", action="store_true", help="skip the full build; time the sample only")
     ap.add_argument("--build-seconds", type=float, help="with --estimate-only: a measured build time to scale")
     args = ap.parse_args()
-    client = engine.connect(timeout=7200)
+    engine = LocalEngine(connect(timeout=7200))
     manifest = mf.load(Path(args.manifest))
     figures: dict = {"manifest": manifest.name, "cuda_architectures": manifest.build.cuda_architectures,
-                     "jobs": args.jobs, "cpus": client.info().get("NCPU")}
+                     "jobs": args.jobs, "cpus": engine.info().get("NCPU")}
     started = time.monotonic()
-    bases = cuda_base.ensure(client, log)
+    bases = cuda_base.ensure(engine, log)
     figures["bases_seconds"] = round(time.monotonic() - started, 1)
-    figures["bases"] = {t: client.images.get(t).attrs["Size"] for t in (bases.builder, bases.runtime)}
+    figures["bases"] = {t: engine.image(t).size for t in (bases.builder, bases.runtime)}
     source = resolve_source(manifest, log, args.source)
     if not args.estimate_only:
         started = time.monotonic()
-        rec = bd.build(client, manifest, backend="cuda", force=args.force, prefer=args.source, log=log,
-                       jobs=args.jobs, offline_base=True, cpu_shares=args.cpu_shares)
+        rec = bd.build(engine, trust.decide(manifest, False), backend="cuda", force=args.force, prefer=args.source,
+                       log=log, jobs=args.jobs, offline_base=True, cpu_shares=args.cpu_shares)
         figures["build_wall_seconds"] = round(time.monotonic() - started, 1)
         figures["reused"] = rec["reused"]
-        report = cuda_image.inspect(client, rec["tag"])
+        report = cuda_image.inspect(engine, rec["tag"])
         figures["image"] = rec["tag"]
         figures["image_bytes"] = report.size_bytes
         figures["checks"] = report.as_dict()
         for line in report.lines():
             log(line)
-    one = time_sample(client, bases.builder, source.path, manifest.build.cuda_architectures, args.cpu_shares)
-    many = time_sample(client, bases.builder, source.path, DEFAULT_ARCHS, args.cpu_shares)
+    one = time_sample(engine, bases.builder, source.path, manifest.build.cuda_architectures, args.cpu_shares)
+    many = time_sample(engine, bases.builder, source.path, DEFAULT_ARCHS, args.cpu_shares)
     cpu_one, cpu_many = (sum(t["cpu"] for t in x.values()) for x in (one, many))
     ratio = cpu_many / max(cpu_one, 1e-9)
     figures["sample_seconds"] = {"archs": manifest.build.cuda_architectures, "files": one}

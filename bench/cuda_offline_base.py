@@ -23,19 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml  # noqa: E402
 
 from harness import ROOT  # noqa: E402
-from harness.hosts import engine  # noqa: E402
+from harness.hosts.engine import LocalEngine, connect  # noqa: E402
 from harness.image import build as bd  # noqa: E402
 from harness.image import cuda_base, cuda_image
 from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 
 SMOKE_TREE = ROOT / "tests" / "data" / "llama-cuda-smoke"
 
 
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
-    client = engine.connect(timeout=3600)
-    arch = cuda_base.arch_of(client)
-    figures: dict = {"arch": arch, "cpus": client.info().get("NCPU")}
+    engine = LocalEngine(connect(timeout=3600))
+    arch = cuda_base.arch_of(engine)
+    figures: dict = {"arch": arch, "cpus": engine.info().get("NCPU")}
     with tempfile.TemporaryDirectory(prefix="cuda-ci-cost-") as tmp:
         os.environ["PIP_NO_CACHE_DIR"] = "1"  # the download is measured, not pip's http cache
         started = time.monotonic()
@@ -43,9 +44,9 @@ def main() -> None:
         figures["download_seconds"] = round(time.monotonic() - started, 1)
         figures["download_bytes"] = sum(p.stat().st_size for p in wheels)
         started = time.monotonic()
-        bases = cuda_base.ensure(client, print, arch, cache=Path(tmp) / "wheels", force=True)
+        bases = cuda_base.ensure(engine, print, arch, cache=Path(tmp) / "wheels", force=True)
         figures["bases_seconds"] = round(time.monotonic() - started, 1)
-        figures["bases_bytes"] = {t: client.images.get(t).attrs["Size"] for t in (bases.builder, bases.runtime)}
+        figures["bases_bytes"] = {t: engine.image(t).size for t in (bases.builder, bases.runtime)}
         raw = yaml.safe_load((ROOT / "manifests" / "demo-cpu.yaml").read_text())
         raw["llama_cpp"] = {"path": str(SMOKE_TREE), "identity": {"build_number": 1, "commit": "smoke"}}
         raw["build"] = {"backend": "cuda", "cuda_architectures": "121"}
@@ -54,10 +55,10 @@ def main() -> None:
         shutil.copytree(ROOT / "manifests" / "tasks", folder / "tasks")  # prompts must lie in the manifest's folder
         (folder / "m.yaml").write_text(yaml.safe_dump(raw))
         started = time.monotonic()
-        rec = bd.build(client, mf.load(folder / "m.yaml"), force=True, offline_base=True, log=print, trust_source=True)
+        rec = bd.build(engine, trust.decide(mf.load(folder / "m.yaml"), True), force=True, offline_base=True, log=print)
         figures["smoke_build_seconds"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
-        report = cuda_image.inspect(client, rec["tag"])
+        report = cuda_image.inspect(engine, rec["tag"])
         figures["checks_seconds"] = round(time.monotonic() - started, 1)
         figures["checks_ok"] = report.ok
         figures["total_seconds"] = round(figures["download_seconds"] + figures["bases_seconds"]

@@ -16,12 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import docker
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import MANIFESTS  # noqa: E402
+from harness.hosts.engine import Engine, LocalEngine, connect  # noqa: E402
 from harness.models.drafters import write_generated  # noqa: E402
 from tests.llama_server import run_once  # noqa: E402
 
@@ -47,8 +46,8 @@ TYPES = {
 }
 
 
-def newest_image(client: docker.DockerClient) -> str:
-    tags = [t for img in client.images.list(name="specbench/llama-server") for t in img.tags if ":cpu-" in t]
+def newest_image(engine: Engine) -> str:
+    tags = [t for img in engine.images(name="specbench/llama-server") for t in img.tags if ":cpu-" in t]
     if not tags:
         sys.exit("no specbench/llama-server:cpu-* image: build it with `invoke build`")
     return sorted(tags)[-1]
@@ -74,8 +73,8 @@ def main() -> None:
     ap.add_argument("--tasks", default="code-gen,json-out,translate")
     ap.add_argument("--types", default=",".join(TYPES))
     a = ap.parse_args()
-    client = docker.from_env()
-    image = a.image or newest_image(client)
+    client = connect()  # tests/llama_server.py drives the Docker SDK itself: one container, one request
+    image = a.image or newest_image(LocalEngine(client))
     tasks = a.tasks.split(",")
     prompts = {t: (MANIFESTS / "tasks" / f"{t}.md").read_text() for t in tasks}
     with tempfile.TemporaryDirectory(prefix="specbench-drafters-") as tmp:

@@ -28,9 +28,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import DEFAULT_MANIFEST  # noqa: E402
-from harness.hosts.engine import LocalEngine  # noqa: E402
-from harness.image import images
+from harness.hosts.engine import LocalEngine, Mount  # noqa: E402
+from harness.image import images  # noqa: E402
 from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 from harness.models import ensure as md  # noqa: E402
 from harness.run import runner  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
@@ -49,9 +50,8 @@ def main() -> None:
     args = ap.parse_args()
 
     demo = mf.load(DEFAULT_MANIFEST)
-    from harness.hosts.engine import connect
-
-    rec = images.record(connect(), demo, host="local")
+    eng = LocalEngine()
+    rec = images.record(eng, demo, host="local")
     if rec is None:
         sys.exit("no demo image: run `invoke build` first")
     raw = yaml.safe_load(DEFAULT_MANIFEST.read_text())
@@ -70,23 +70,21 @@ def main() -> None:
         man.write_text(yaml.safe_dump(raw, allow_unicode=True))
         bench_man = mf.load(man)
         paths = md.ensure(bench_man, args.models_dir, download=False, log=print)
-        runner.run(man, results_dir=Path(tmp) / "r", models_dir=args.models_dir, run_id="fidelity",
-                    progress=False, log=lambda s: None)
+        runner.run(trust.decide(bench_man, False), results_dir=Path(tmp) / "r", models_dir=args.models_dir,
+                   run_id="fidelity", progress=False, log=lambda s: None)
         recs = [r for r in RunDir.open(Path(tmp) / "r" / "fidelity").measurements() if r["status"] == "ok"]
     client = [r["client"]["decode_tok_s"] for r in recs]
     server = [r["server"]["predicted_per_second"] for r in recs]
     depth = recs[0]["server"]["prompt_n"]
-    eng = LocalEngine()
     target = paths["target"]
 
     def llama_bench() -> float:
         """One llama-bench repetition's decode tok/s."""
-        out = eng.client.containers.run(
+        out = eng.run_container(
             rec["tag"], ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
-                         "-d", str(depth), "-t", t, "-r", "1", "-o", "json"],
-            volumes={str(target): {"bind": f"/models/{target.name}", "mode": "ro"}}, network_mode="none",
-            remove=True, stdout=True, stderr=False, labels={"specbench.role": "fidelity"})
-        return float(json.loads(out.decode())[0]["avg_ts"])
+                         "-d", str(depth), "-t", t, "-r", "1", "-o", "json"], {"specbench.role": "fidelity"},
+            mounts=(Mount(target, f"/models/{target.name}"),))
+        return float(json.loads(out.stdout)[0]["avg_ts"])
 
     fresh, bench, streamed, plain = interleaved(eng, rec["tag"], demo, paths, args, raw["server_args"],
                                                 llama_bench)

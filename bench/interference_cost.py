@@ -61,18 +61,16 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=30)
     args = ap.parse_args()
     engine = LocalEngine()
-    image = args.image or next(t for i in engine.client.images.list("specbench/llama-server") for t in i.tags
+    image = args.image or next(t for i in engine.images(name="specbench/llama-server") for t in i.tags
                                if ":cpu-" in t)
-    c = engine.client.containers.run(image, ["sh", "-c", "sleep 600"], detach=True, network_mode="host",
-                                     labels={"specbench.role": "bench"})
+    c = engine.start_server(image, ["sh", "-c", "sleep 600"], [], {"specbench.role": "bench"})
     try:
-        c.reload()
         itf.sample(engine, c)  # finds the cgroup file once
         path = itf._capabilities(engine).cgroup_file.get(c.id)
         print(f"image {image}; container cgroup file on the host: {path}")
         print(f"median cost per read over {args.reads} reads:")
         print(f"  host cgroup file      {timed(lambda: engine.read_host_file(path), args.reads) * 1e3:8.3f} ms")
-        print(f"  exec_run in container {timed(lambda: c.exec_run(itf._EXEC_CGROUP), args.reads) * 1e3:8.3f} ms")
+        print(f"  exec in container     {timed(lambda: engine.exec_in(c, itf._EXEC_CGROUP), args.reads) * 1e3:8.3f} ms")
         print(f"  /proc/stat            {timed(lambda: engine.read_host_file('/proc/stat'), args.reads) * 1e3:8.3f} ms")
         freq = timed(lambda: engine.run_host(["sh", "-c", itf._FREQ_CMD]), args.reads)
         print(f"  freq/throttle shell   {freq * 1e3:8.3f} ms  (skipped after the first sample where the host "
@@ -87,7 +85,7 @@ def main() -> None:
                 print(f"  {what:<15}{f.others_cores:>13.3f}{f.others_s:>10.3f}{f.container_s:>12.3f}"
                       f"{extra:>11.3f}{f.steal_s:>9.3f}  {f.disturbed}")
     finally:
-        c.remove(force=True)
+        engine.remove(c)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import DEFAULT_MANIFEST  # noqa: E402
+from harness.intake import manifest as mf  # noqa: E402
+from harness.intake import trust  # noqa: E402
 from harness.run import runner  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
 
@@ -66,8 +68,9 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="specbench-overhead-") as tmp:
         t0 = time.monotonic()
-        print(runner.run(args.manifest, results_dir=Path(tmp), models_dir=args.models_dir, run_id="overhead",
-                          runs=args.runs, progress=False, log=lambda s: None))
+        print(runner.run(trust.decide(mf.load(args.manifest), False), results_dir=Path(tmp),
+                         models_dir=args.models_dir, run_id="overhead", runs=args.runs, progress=False,
+                         log=lambda s: None))
         figures(Path(tmp) / "overhead", time.monotonic() - t0)
 
 

@@ -14,6 +14,7 @@ import pytest
 from harness import ROOT, KitError
 from harness.image import build as bd
 from harness.intake import manifest as mf
+from harness.intake import trust
 from harness.models import ensure as md
 from harness.models import generate
 
@@ -22,7 +23,7 @@ SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
-DOCKER_FIXTURES = {"docker_client", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
+DOCKER_FIXTURES = {"docker_client", "engine", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
 IMAGE_FIXTURES = {"demo_image", "demo_run"}
 
 
@@ -51,6 +52,14 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
+def engine(docker_client):
+    """The real local Docker engine behind the kit's Engine interface."""
+    from harness.hosts.engine import LocalEngine
+
+    return LocalEngine(docker_client)
+
+
+@pytest.fixture(scope="session")
 def demo_manifest() -> mf.Manifest:
     return mf.load(DEMO)
 
@@ -65,7 +74,7 @@ def models_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_image(docker_client, demo_manifest) -> dict:
+def demo_image(engine, demo_manifest) -> dict:
     """The real CPU image built from the pinned sdist on the debootstrap base (reused when already built)."""
     lines: list[str] = []
 
@@ -73,7 +82,7 @@ def demo_image(docker_client, demo_manifest) -> dict:
         lines.append(s)
         print(s, file=sys.stderr, flush=True)
 
-    return bd.build(docker_client, demo_manifest, log=log)
+    return bd.build(engine, trusted(demo_manifest), log=log)
 
 
 @pytest.fixture(scope="session")
@@ -86,6 +95,11 @@ def single_stream(strategies: list[dict]) -> list[dict]:
     return [{k: v for k, v in s.items() if k not in ("sweep", "parallel")} for s in strategies]
 
 
+def trusted(manifest: Path | mf.Manifest, trust_source: bool = False) -> trust.Trusted:
+    """A manifest loaded once, with its trust decision, as a task hands it down (harness/intake/trust.py)."""
+    return trust.decide(manifest if isinstance(manifest, mf.Manifest) else mf.load(manifest), trust_source)
+
+
 def write_manifest(folder: Path, text: str, name: str = "m.yaml") -> Path:
     """A manifest in `folder` with the demo's task prompts beside it (prompts must live in the manifest's folder)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -94,6 +108,18 @@ def write_manifest(folder: Path, text: str, name: str = "m.yaml") -> Path:
     p = folder / name
     p.write_text(text)
     return p
+
+
+@pytest.fixture()
+def world(tmp_path, monkeypatch, models_dir):
+    """A results folder for runs through fake engines (tests/fake_engine.py), the demo's models, and nothing of
+    the kit's caches touched (build records, measured bandwidths)."""
+    from harness.image import images
+    from harness.run import bandwidth
+
+    monkeypatch.setattr(images, "RECORDS", tmp_path / "records")
+    monkeypatch.setattr(bandwidth, "CACHE", tmp_path / "cache")
+    return tmp_path
 
 
 @pytest.fixture()
@@ -126,7 +152,7 @@ def demo_run(demo_image, models_dir, results_dir) -> Path:
     """One real demo run: every strategy and task, 2 runs each, one fresh container per measurement."""
     from harness.run import runner
 
-    runner.run(DEMO, results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
+    runner.run(trusted(DEMO), results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)
     return results_dir / "demo-run"
 

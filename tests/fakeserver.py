@@ -1,23 +1,30 @@
 """A stand-in for llama-server's HTTP answers, on 127.0.0.1, for testing the client without a container.
 
 It answers /health, /apply-template, streamed and plain /completion the way llama-server b11434 does (SSE lines
-`data: {...}`, a final chunk with `stop` and `timings`), and can be told to misbehave."""
+`data: {...}`, a final chunk with `stop` and `timings`), and can be told to misbehave. Given `text` and `decode_s`, it
+plays a recorded answer: the whole text with the first token, then the other tokens `decode_s` later (one sleep, so
+the client's decode rate is what was asked, not the sum of many short sleeps)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class FakeLlamaServer:
     def __init__(self, tokens: list[int] | None = None, *, delay_s: float = 0.002, mode: str = "ok",
-                 timings: dict[str, Any] | None = None):
+                 timings: dict[str, Any] | None = None, text: str | None = None, decode_s: float | None = None,
+                 on_first_token: Callable[[], None] | None = None):
         self.tokens = tokens or [5, 9, 4, 7, 7]
         self.delay_s = delay_s
         self.mode = mode
+        self.text = text
+        self.decode_s = decode_s
+        self.on_first_token = on_first_token
         self.timings = timings or {"prompt_n": 3, "prompt_ms": 1.0, "prompt_per_second": 3000.0,
                                    "predicted_n": len(self.tokens), "predicted_ms": 10.0,
                                    "predicted_per_second": 500.0, "draft_n": 4, "draft_n_accepted": 2}
@@ -56,10 +63,16 @@ class FakeLlamaServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for tok in fake.tokens:
-                    time.sleep(fake.delay_s)
-                    self.wfile.write(f"data: {json.dumps({'content': f't{tok} ', 'tokens': [tok]})}\n\n".encode())
+                for i, tok in enumerate(fake.tokens):
+                    if fake.decode_s is None:
+                        time.sleep(fake.delay_s)
+                    elif i == 1:
+                        time.sleep(fake.decode_s)
+                    piece = f"t{tok} " if fake.text is None else (fake.text if i == 0 else "")
+                    self.wfile.write(f"data: {json.dumps({'content': piece, 'tokens': [tok]})}\n\n".encode())
                     self.wfile.flush()
+                    if i == 0 and fake.on_first_token is not None:
+                        fake.on_first_token()
                 if fake.mode == "no-final":
                     return
                 if fake.mode == "bad-json":
@@ -70,14 +83,16 @@ class FakeLlamaServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # a short poll: shutdown() waits for the serving loop to look, and a run stops many servers
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
     def plain(self, body: dict[str, Any]) -> dict[str, Any]:
         probs = [{"id": t, "token": f"t{t}", "logprob": -0.1,
                   "top_logprobs": [{"id": t, "token": f"t{t}", "logprob": -0.1},
                                    {"id": t + 1, "token": f"t{t + 1}", "logprob": -0.1 - i}]}
                  for i, t in enumerate(self.tokens)]
-        return {"content": "".join(f"t{t} " for t in self.tokens), "completion_probabilities": probs,
+        content = "".join(f"t{t} " for t in self.tokens) if self.text is None else self.text
+        return {"content": content, "completion_probabilities": probs,
                 "timings": self.timings}
 
     def __enter__(self) -> FakeLlamaServer:

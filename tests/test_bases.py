@@ -17,10 +17,10 @@ from harness.image import bases
 def test_this_machine_decides_from_what_it_finds(docker_client):
     started = time.monotonic()
     lines: list[str] = []
-    registry = bases.registry_answers(docker_client, log=lines.append)
+    registry = bases.registry_answers(LocalEngine(docker_client), log=lines.append)
     took = time.monotonic() - started
     assert took < bases.PULL_ANSWER_S + 5, took
-    arch = bases.engine_arch(docker_client)
+    arch = bases.engine_arch(LocalEngine(docker_client))
     assert arch == bases.local_arch() and arch in ("amd64", "arm64")
     here = bases.debootstrap_here()
     d = bases.decide(arch, bases.local_arch(), registry, here, here, remote=False)
@@ -34,7 +34,7 @@ def test_this_machine_decides_from_what_it_finds(docker_client):
 
 def test_ensure_gives_bases_of_the_engine_architecture(docker_client, demo_image):
     made = bases.ensure(LocalEngine(docker_client), log=lambda s: None)
-    arch = bases.engine_arch(docker_client)
+    arch = bases.engine_arch(LocalEngine(docker_client))
     assert f"-{arch}-" in made.builder and f"-{arch}-" in made.runtime
     assert demo_image["plan"]["base_image"] == made.builder and demo_image["plan"]["arch"] == arch
 
@@ -58,7 +58,7 @@ def test_debootstrap_on_the_host_over_ssh(sshd, docker_client, tmp_path):
         assert img.labels.get("specbench.base") == "runtime"
         out = docker_client.containers.run(tag, ["sh", "-c", "ls /usr/lib/*/libgomp.so.1 && dpkg --print-architecture"],
                                            remove=True, network_mode="none").decode()
-        assert "libgomp.so.1" in out and out.split()[-1] == bases.engine_arch(docker_client)
+        assert "libgomp.so.1" in out and out.split()[-1] == bases.engine_arch(LocalEngine(docker_client))
         code, left = eng.run_host(["sh", "-c", "ls -d /tmp/specbench-base.* 2>/dev/null"])
         assert left.strip() == ""  # the host's temporary folder is gone
     finally:
@@ -71,7 +71,7 @@ def test_registry_recipe_on_a_debian_image(docker_client, demo_image):
     debian = demo_image["plan"]["runtime_image"]  # a Debian bookworm image, as debian:bookworm would be
     tag = f"specbench/base-runtime:test-registry-{uuid.uuid4().hex[:8]}"
     try:
-        bases.make_from_registry(docker_client, "runtime", tag, lambda s: None, debian=debian)
+        bases.make_from_registry(LocalEngine(docker_client), "runtime", tag, lambda s: None, debian=debian)
         out = docker_client.containers.run(tag, ["sh", "-c", "dpkg -s libgomp1 ca-certificates | grep -c '^Status: "
                                                  "install ok installed'; echo $PATH"],
                                            remove=True, network_mode="none").decode().split()

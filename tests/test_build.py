@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from harness import KitError
+from harness.hosts.engine import LocalEngine
 from harness.image import build as bd
 from harness.image import recipe
 from harness.image import source as sources
 from harness.intake import manifest as mf
-from tests.conftest import DEMO, SPARK, write_manifest
+from tests.conftest import DEMO, SPARK, trusted, write_manifest
 
 
 def test_spark_renders_cuda_plan_with_arch_121_and_pinned_source():
@@ -140,7 +141,7 @@ def test_demo_image_runs_llama_server(docker_client, demo_image):
 
 @pytest.mark.image
 def test_second_build_reuses_the_image(docker_client, demo_image, demo_manifest):
-    again = bd.build(docker_client, demo_manifest, log=lambda s: None)
+    again = bd.build(LocalEngine(docker_client), trusted(demo_manifest), log=lambda s: None)
     assert again["reused"] is True and again["image_id"] == demo_image["image_id"]
     assert again["tag"] == demo_image["tag"]
 
@@ -155,6 +156,6 @@ def test_failing_build_leaves_no_tagged_image(docker_client, tmp_path, demo_imag
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     tag = recipe.build_plan(m, sources.describe_source(m)).tag
     with pytest.raises(KitError) as e:
-        bd.build(docker_client, m, log=lambda s: None, trust_source=True)
+        bd.build(LocalEngine(docker_client), trusted(m, True), log=lambda s: None)
     assert "build failed" in str(e.value) and "last log lines" in str(e.value)
-    assert bd.image_for(docker_client, tag) is None
+    assert LocalEngine(docker_client).image(tag) is None

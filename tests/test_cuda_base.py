@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from harness import KitError
+from harness.hosts.engine import LocalEngine
 from harness.image import build as bd
 from harness.image import cuda_base, cuda_image, recipe
 from harness.image import source as sources
 from harness.intake import manifest as mf
-from tests.conftest import DEMO, SPARK, write_manifest
+from tests.conftest import DEMO, SPARK, trusted, write_manifest
 
 SMOKE_TREE = Path(__file__).parent / "data" / "llama-cuda-smoke"
 #: What the dynamic loader prints for a CUDA binary started without the driver (seen in the built image).
@@ -134,7 +135,7 @@ def test_offline_plan_uses_the_offline_bases_and_its_own_tag():
 @pytest.fixture(scope="module")
 def cuda_bases(docker_client):
     """The offline CUDA bases for this engine (wheels downloaded and checked on first use; about a minute)."""
-    return cuda_base.ensure(docker_client, log=lambda s: print(s, flush=True))
+    return cuda_base.ensure(LocalEngine(docker_client), log=lambda s: print(s, flush=True))
 
 
 def _sh(client, image: str, script: str) -> str:
@@ -176,7 +177,8 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
     raw["build"] = {"backend": "cuda", "cuda_architectures": "121"}
     m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw)))
     lines: list[str] = []
-    rec = bd.build(docker_client, m, offline_base=True, log=lines.append, trust_source=True)  # a local tree
+    engine = LocalEngine(docker_client)
+    rec = bd.build(engine, trusted(m, True), offline_base=True, log=lines.append)  # a local tree
     assert rec["plan"]["base_image"] == cuda_bases.builder and rec["plan"]["registry_free"]
     if not rec["reused"]:
         log = "\n".join(lines)
@@ -184,7 +186,7 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
     assert rec["server_version"].startswith("no NVIDIA driver: libcuda.so.1")
     if not rec["reused"]:
         assert rec["cuda_checks"]["ok"] and rec["cuda_checks"]["problems"] == []
-    report = cuda_image.inspect(docker_client, rec["tag"])
+    report = cuda_image.inspect(engine, rec["tag"])
     assert report.ok, report.problems
     assert report.driver_missing and report.version_exit == 127
     assert report.labels["specbench.runtime-image"] == cuda_bases.runtime
@@ -212,7 +214,7 @@ def test_doctor_says_in_one_line_whether_docker_has_the_nvidia_runtime(docker_cl
     items = doctor.check(LocalEngine(docker_client), mf.load(SPARK), tmp_path, models=False)
     item = next(i for i in items if i.name == "nvidia runtime")
     assert "\n" not in item.detail
-    if cuda_image.has_nvidia_runtime(docker_client):
+    if cuda_image.has_nvidia_runtime(LocalEngine(docker_client)):
         assert item.ok and item.detail.startswith("Docker has the NVIDIA runtime")
     else:
         assert not item.ok and item.detail.startswith("Docker has no NVIDIA runtime: containers get no GPU")
@@ -253,7 +255,7 @@ def test_registry_devel_base_adds_cmake_where_the_devel_image_has_none(docker_cl
                       "! command -v cmake\n").encode()
         docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=stand_in, network_mode="none", rm=True)
         made.append(stand_in)
-        bases = cuda_base.ensure_registry(docker_client, log=lambda s: None, devel=stand_in)
+        bases = cuda_base.ensure_registry(LocalEngine(docker_client), log=lambda s: None, devel=stand_in)
         made.append(bases.builder)
         assert bases.builder != cuda_base.registry_tags().builder
         assert not bases.registry_free and bases.runtime == recipe.CUDA_RUNTIME

@@ -17,7 +17,7 @@ from harness import KitError
 from harness.hosts.engine import LocalEngine
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, single_stream, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -47,7 +47,7 @@ def test_server_killed_mid_request_is_recorded_and_run_goes_on(tmp_path, demo_im
 
     t = threading.Thread(target=killer)
     t.start()
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="kill", seed=2,
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="kill", seed=2,
                       progress=False, log=lambda s: None)
     t.join()
     assert killed, "the long-ctx container was never seen running"
@@ -129,7 +129,7 @@ def test_dockerd_stopped_mid_run_then_resumed(tmp_path, models_dir, private_dock
 
     threading.Thread(target=stopper, daemon=True).start()
     with pytest.raises(KitError) as e:
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="drop", seed=4,
+        runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="drop", seed=4,
                     progress=False, engines=[engine], log=lambda s: None)
     stopper_done.wait(30)
     msg = str(e.value)
@@ -137,7 +137,7 @@ def test_dockerd_stopped_mid_run_then_resumed(tmp_path, models_dir, private_dock
     first = RunDir.open(tmp_path / "r" / "drop").measurements()
     assert 3 <= len(first) < 8 and all(r["status"] == "ok" for r in first)
     client = private_dockerd["start"]()
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, resume="drop", progress=False,
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, resume="drop", progress=False,
                       engines=[LocalEngine(client)], log=lambda s: None)
     assert f"{len(first)} already recorded" in out
     final = RunDir.open(tmp_path / "r" / "drop").measurements()
@@ -156,7 +156,7 @@ def test_unwritable_results_folder_fails_before_starting(tmp_path, models_dir, d
         target = tmp_path / "file"
         target.write_text("x")
     with pytest.raises(KitError, match="results folder .* is not writable"):
-        runner.run(path, results_dir=target, models_dir=models_dir, run_id="ro", progress=False,
+        runner.run(trusted(path), results_dir=target, models_dir=models_dir, run_id="ro", progress=False,
                     log=lambda s: None)
     assert LocalEngine().kit_containers("ro") == []
 
@@ -170,7 +170,7 @@ def test_full_disk_fails_before_starting(tmp_path, models_dir):
         (mnt / "filler").write_bytes(b"\0" * 32 * 1024)
         path = _manifest(tmp_path, ["en-prose"])
         with pytest.raises(KitError, match=r"results folder .* has .* free"):
-            runner.run(path, results_dir=mnt / "results", models_dir=models_dir, run_id="full", progress=False,
+            runner.run(trusted(path), results_dir=mnt / "results", models_dir=models_dir, run_id="full", progress=False,
                         log=lambda s: None)
     finally:
         subprocess.run(["umount", str(mnt)])

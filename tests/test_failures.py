@@ -48,7 +48,7 @@ def _valid_args(task: str, tmp: Path) -> list[str]:
                       str(tmp / "models"), "--no-progress"],
         "compare": [str(run_copy), str(run_copy)],
         "probe": ["--size-mib", "16"],
-        # the committed real-text run holds the probe task
+        # the committed real-text run holds the perturbation task
         "sensitivity": [str(ROOT / "results" / "real-gemma3-270m")],
     }[task]
 

@@ -8,11 +8,12 @@ import itertools
 import pytest
 import yaml
 
+from harness.hosts.engine import LocalEngine
 from harness.image import bases, images, recipe
 from harness.image import build as bd
 from harness.image import source as sources
 from harness.intake import manifest as mf
-from tests.conftest import DEMO, SPARK, write_manifest
+from tests.conftest import DEMO, SPARK, trusted, write_manifest
 
 
 def _labels(m: mf.Manifest, prefer: str | None = None, arch: str = "amd64", method: str = "debootstrap",
@@ -34,26 +35,26 @@ def test_another_manifest_with_the_same_build_finds_the_image(tmp_path):
     demo = mf.load(DEMO)
     other = _variant(tmp_path, "other", runs=1, strategies=[{"id": "baseline", "spec_type": "none"}])
     labels = _labels(demo)
-    p = images.matching_plan(other, labels, "cpu", "amd64")
+    p = images.matching_build_plan(other, labels, "cpu", "amd64")
     assert p is not None and p.tag == recipe.build_plan(demo, sources.describe_source(demo), made=bases.images_for(
         "amd64", "debootstrap"), arch="amd64").tag
     # registry-made bases of the same architecture serve as well
-    assert images.matching_plan(other, _labels(demo, method="registry"), "cpu", "amd64") is not None
+    assert images.matching_build_plan(other, _labels(demo, method="registry"), "cpu", "amd64") is not None
 
 
 def test_a_different_build_is_not_found(tmp_path):
     demo = mf.load(DEMO)
     labels = _labels(demo)
     flags = _variant(tmp_path, "flags", build={"backend": "cpu", "cmake_args": ["-DGGML_OPENMP=OFF"]})
-    assert images.matching_plan(flags, labels, "cpu", "amd64") is None
+    assert images.matching_build_plan(flags, labels, "cpu", "amd64") is None
     sdist = dict(yaml.safe_load(DEMO.read_text())["llama_cpp"])
     sdist["sdist"] = dict(sdist["sdist"], sha256="0" * 64)
     other_src = _variant(tmp_path, "src", llama_cpp=sdist)
-    assert images.matching_plan(other_src, labels, "cpu", "amd64") is None
-    assert images.matching_plan(demo, labels, "cuda", "amd64") is None          # another backend
-    assert images.matching_plan(demo, labels, "cpu", "arm64") is None           # another engine architecture
+    assert images.matching_build_plan(other_src, labels, "cpu", "amd64") is None
+    assert images.matching_build_plan(demo, labels, "cuda", "amd64") is None          # another backend
+    assert images.matching_build_plan(demo, labels, "cpu", "arm64") is None           # another engine architecture
     arm = _labels(demo, arch="arm64")
-    assert images.matching_plan(demo, arm, "cpu", "arm64") is not None
+    assert images.matching_build_plan(demo, arm, "cpu", "arm64") is not None
     assert arm["specbench.plan-key"] != labels["specbench.plan-key"]           # the architecture is identity
 
 
@@ -63,8 +64,8 @@ def test_tampered_or_foreign_labels_do_not_match():
     for key, value in [("specbench.plan-key", "0" * 12), ("specbench.source", "{not json"),
                        ("specbench.base-image", "debian:bookworm"), ("specbench.llama-build-number", "x"),
                        ("specbench.arch", "")]:
-        assert images.matching_plan(demo, {**good, key: value}, "cpu", "amd64") is None, key
-    assert images.matching_plan(demo, {}, "cpu", "amd64") is None
+        assert images.matching_build_plan(demo, {**good, key: value}, "cpu", "amd64") is None, key
+    assert images.matching_build_plan(demo, {}, "cpu", "amd64") is None
 
 
 def test_git_source_matches_repo_and_ref_and_the_pinned_commit(tmp_path):
@@ -93,7 +94,7 @@ def test_spark_plan_carries_the_architecture():
     for arch in ("amd64", "arm64"):
         p = recipe.build_plan(m, sources.describe_source(m, "sdist"), arch=arch)
         assert p.labels["specbench.arch"] == arch and p.arch == arch
-        assert images.matching_plan(m, p.labels, "cuda", arch) is not None
+        assert images.matching_build_plan(m, p.labels, "cuda", arch) is not None
     assert recipe.build_plan(m, sources.describe_source(m, "sdist"), arch="amd64").tag != \
         recipe.build_plan(m, sources.describe_source(m, "sdist"), arch="arm64").tag
 
@@ -175,30 +176,30 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
     raw.update(few, name="first", tasks=[t for t in raw["tasks"] if t["id"] == "json-out"])
     path = write_manifest(tmp_path / "first", yaml.safe_dump(raw, allow_unicode=True), "first.yaml")
     first = mf.load(path)
-    assert images.find(docker_client, first) is None
+    assert images.find(LocalEngine(docker_client), first) is None
     with pytest.raises(KitError, match=r"no image of manifest first's build .* on local; run `invoke build "
                                        r".*drop --no-build"):
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, progress=False,
-                   log=lambda s: None, build_missing=False, trust_source=True)
+        runner.run(trusted(path, True), results_dir=tmp_path / "r", models_dir=models_dir, progress=False,
+                   log=lambda s: None, build_missing=False)
     lines: list[str] = []
     image_id = None
     try:
-        out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="built", progress=False,
-                         log=lines.append, trust_source=True)
+        out = runner.run(trusted(path, True), results_dir=tmp_path / "r", models_dir=models_dir, run_id="built",
+                         progress=False, log=lines.append)
         assert any("no image of this build yet; building it now" in ln for ln in lines)
         assert any(ln.startswith("build: building specbench/llama-server:cpu-") for ln in lines)  # its progress
         assert "0 ok, 1 failed" in out  # the fake server exits at once: the run records it and goes on
-        found = images.find(docker_client, first)
+        found = images.find(LocalEngine(docker_client), first)
         assert found is not None and found.image.labels["specbench.source"].startswith('{"content_sha256"')
         image_id = found.image.id
         raw.update(name="second", runs=3)
         second = mf.load(write_manifest(tmp_path / "second", yaml.safe_dump(raw, allow_unicode=True), "second.yaml"))
-        again = images.find(docker_client, second)
+        again = images.find(LocalEngine(docker_client), second)
         assert again is not None and again.image.id == image_id and again.tag == found.tag
-        rec = bd.build(docker_client, second, log=lines.append, trust_source=True)
+        rec = bd.build(LocalEngine(docker_client), trusted(second, True), log=lines.append)
         assert rec["reused"] and rec["image_id"] == image_id and rec["server_version"].startswith("version: 1")
         (src / "tools" / "server" / "server.c").write_text("int main(void) { return 2; }\n")
-        assert images.find(docker_client, second) is None  # the folder's content is its identity
+        assert images.find(LocalEngine(docker_client), second) is None  # the folder's content is its identity
     finally:
         if image_id:
             docker_client.images.remove(image_id, force=True)

@@ -83,6 +83,29 @@ def test_no_import_of_the_kit_inside_a_function():
     assert bad == []
 
 
+def _kit_files() -> list[Path]:
+    """The kit's own code: the package, the tasks and the bench scripts."""
+    return [*_modules(), ROOT / "tasks.py", *sorted((ROOT / "bench").glob("*.py"))]
+
+
+def test_only_the_hosts_room_speaks_docker():
+    """Every container and image goes through the Engine interface: only harness/hosts/ imports the Docker SDK,
+    and nothing else reaches for an engine's Docker client."""
+    bad = []
+    for path in _kit_files():
+        if path.is_relative_to(ROOT / "harness" / "hosts"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                    if n == "docker" or n.startswith("docker.")]
+            if isinstance(node, ast.Attribute) and node.attr == "client" and not (
+                    isinstance(node.value, ast.Name) and node.value.id == "http"):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} reaches for .client")
+    assert bad == []
+
+
 def test_every_bench_script_starts():
     """Each bench script parses its flags (`--help`): an import it lost in a move shows here, not in a user's hands."""
     for script in sorted((ROOT / "bench").glob("*.py")):

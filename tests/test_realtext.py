@@ -12,6 +12,7 @@ from harness.intake import manifest as mf
 from harness.models import ensure as models
 from harness.run import runner
 from harness.store.rundir import RunDir
+from tests.conftest import trusted
 
 pytestmark = pytest.mark.image
 REAL = ROOT / "manifests" / "real-gemma3-270m.yaml"
@@ -26,7 +27,7 @@ def real_models(tmp_path_factory):
 
 
 def test_one_real_text_task_through_the_kit(tmp_path, demo_image, real_models):
-    out = runner.run(REAL, results_dir=tmp_path / "r", models_dir=real_models, run_id="real", seed=4, runs=1,
+    out = runner.run(trusted(REAL), results_dir=tmp_path / "r", models_dir=real_models, run_id="real", seed=4, runs=1,
                      tasks=["code-edit"], progress=False, log=lambda s: None)
     assert "12 ok, 0 failed" in out, out
     recs = RunDir.open(tmp_path / "r" / "real").measurements()

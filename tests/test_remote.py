@@ -17,7 +17,7 @@ from harness.image import build as bd
 from harness.run import doctor as dr
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, _free_port, single_stream, write_manifest
+from tests.conftest import DEMO, _free_port, single_stream, trusted, write_manifest
 
 
 def _remote(sshd, tmp_path, **kw) -> RemoteEngine:
@@ -76,9 +76,9 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
         assert items["docker"].ok and "API" in items["docker"].detail
         assert items["model target"].ok and "sent over SSH" in items["model target"].detail
         assert items["gpu"].ok  # cpu backend: no GPU needed
-        rec = bd.build(eng.client, m, log=lambda s: None, host=eng.name)
+        rec = bd.build(eng, trusted(m), log=lambda s: None, host=eng.name)
         assert rec["reused"] and rec["host"] == eng.name and rec["image_id"] == demo_image["image_id"]
-        out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
+        out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
                           progress=False, engines=[eng], log=lambda s: None)
         assert "8 ok, 0 failed" in out
         assert eng.endpoint(1).via == "ssh-tunnel"  # llama-server is reached through the SSH connection
@@ -114,8 +114,8 @@ def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_d
         for e in engines:
             from harness.intake import manifest as mf
 
-            bd.build(e.client, mf.load(path), log=lambda s: None, host=e.name)
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="two", seed=5,
+            bd.build(e, trusted(mf.load(path)), log=lambda s: None, host=e.name)
+        runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="two", seed=5,
                     progress=False, engines=engines, log=lambda s: None)
     finally:
         for e in engines:
@@ -142,7 +142,7 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
     from harness.intake import manifest as mf
 
     eng = _remote(sshd, tmp_path)
-    bd.build(eng.client, mf.load(path), log=lambda s: None, host=eng.name)
+    bd.build(eng, trusted(mf.load(path)), log=lambda s: None, host=eng.name)
     mfile = tmp_path / "r" / "rdrop" / "measurements.jsonl"
 
     def drop():
@@ -155,14 +155,14 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
 
     threading.Thread(target=drop, daemon=True).start()
     with pytest.raises(KitError) as e:
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="rdrop", seed=1,
+        runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="rdrop", seed=1,
                     progress=False, engines=[eng], log=lambda s: None)
     assert "\n" not in str(e.value) and "resume with `invoke run --resume rdrop`" in str(e.value)
     first = RunDir.open(tmp_path / "r" / "rdrop").measurements()
     assert 2 <= len(first) < 6
     eng2 = _remote(sshd, tmp_path)
     try:
-        out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, resume="rdrop",
+        out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, resume="rdrop",
                           progress=False, engines=[eng2], log=lambda s: None)
     finally:
         eng2.close()

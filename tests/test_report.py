@@ -30,7 +30,9 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
         if c["baseline"] is not None:  # two rounds: estimates without intervals or verdicts, said so
             assert c["speedup"] is not None and c["verdict"]["kind"] == "too few rounds"
             assert f"{c['speedup']:.2f}x ? too few rounds (" in text
-    assert f"Marks are judged as one family: {summary['family']['cells']} cells" in text
+    # two rounds judge no cell: the family is empty and the report says there are no marks
+    assert summary["family"]["cells"] == 0
+    assert "No cell has the 3 paired rounds a verdict needs: estimates only, no marks." in text
     assert "95% interval" in text and "### Interference" in text and "### Stability warnings" in text
     assert "one fresh container per measurement" in text
     assert "| of roofline " in text

@@ -21,7 +21,7 @@ from harness.models import generate
 from harness.run import runner
 from harness.share import bundle as bu
 from harness.share import reproduce
-from tests.conftest import DEMO, write_manifest
+from tests.conftest import DEMO, trusted, write_manifest
 from tests.fakehub import FakeHub
 
 
@@ -73,7 +73,7 @@ def _small_run(tmp_path, models_dir, run_id):
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("json-out", "translate")]
     raw["runs"] = 3
     path = write_manifest(tmp_path / "shared", yaml.safe_dump(raw, allow_unicode=True), "shared.yaml")
-    runner.run(path, results_dir=tmp_path / "results", models_dir=models_dir, run_id=run_id, seed=9,
+    runner.run(trusted(path), results_dir=tmp_path / "results", models_dir=models_dir, run_id=run_id, seed=9,
                 progress=False, log=lambda s: None)
     return path, tmp_path / "results" / run_id
 

@@ -13,6 +13,7 @@ from harness import MANIFESTS
 from harness.models import drafters as dr
 from harness.models import gguf_facts as gf
 from harness.models import preflight as pf
+from tests.conftest import trusted
 from tests.llama_server import Outcome, run_once
 
 pytestmark = [pytest.mark.docker, pytest.mark.image]
@@ -166,7 +167,7 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "code-gen"]
     raw["runs"] = 1
     path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "types.yaml")
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="types", seed=3,
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="types", seed=3,
                      progress=False, log=lambda s: None)
     assert "12 ok, 0 failed" in out
     recs = {r["strategy"]: r for r in RunDir.open(tmp_path / "r" / "types").measurements()}
@@ -206,7 +207,7 @@ def test_preflight_refuses_before_any_container(tmp_path, demo_image, models_dir
     before = {c.id for c in docker_client.containers.list(all=True)}
     with pytest.raises(KitError, match=r"strategies mislabelled: models\.dspark .*a dspark file under spec type "
                                        r"draft-dflash"):
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="bad", progress=False,
+        runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="bad", progress=False,
                    log=lambda s: None)
     assert {c.id for c in docker_client.containers.list(all=True)} == before
     assert not (tmp_path / "r" / "bad").exists()
@@ -232,7 +233,7 @@ def test_abort_at_start_is_a_recorded_failure_with_the_abort_line(tmp_path, demo
     raw["tasks"] = raw["tasks"][:1]
     raw["runs"] = 1
     path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "k16.yaml")
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="k16", progress=False,
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="k16", progress=False,
                      log=lambda s: None)
     assert "1 ok, 1 failed" in out
     rec = next(r for r in RunDir.open(tmp_path / "r" / "k16").measurements() if r["strategy"] == "k16")

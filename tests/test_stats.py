@@ -247,7 +247,9 @@ def test_rounds_needed():
     # sd 10%: below 10 rounds t x 0.1 / sqrt(m); from 10 the trimmed mean's factor 1/((h/m)^2 m) on top
     m = cv.rounds_needed(0.1 ** 2)
     assert 30 < m < 60
-    assert cv.rounds_needed(0.1 ** 2, df_prior=math.inf) < m  # a known variance needs fewer
+    # a known variance needs fewer where the cell's own degrees of freedom are few; it never needs more
+    assert cv.rounds_needed(0.03 ** 2, df_prior=math.inf) < cv.rounds_needed(0.03 ** 2)
+    assert cv.rounds_needed(0.1 ** 2, df_prior=math.inf) == m
 
 
 # -- the committed demo run ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from harness import schema
 from harness.analysis import report as rp
 from harness.run.runner import run
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, write_manifest
+from tests.conftest import DEMO, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -29,7 +29,8 @@ def test_sweep_with_confirmation_and_serving_curve(tmp_path, demo_image, models_
     raw["runs"], raw["confirm_rounds"] = 2, 1
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True, sort_keys=False), "sweep.yaml")
     lines: list[str] = []
-    out = run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="sw", progress=False, log=lines.append)
+    out = run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="sw", progress=False,
+              log=lines.append)
     # 6 strategies x 2 tasks x 2 rounds, then 1 round of the best two combinations and their baseline
     assert "run sw: 30 ok, 0 failed" in out, out
     assert any("sweep ngram-simple: confirming ngram-simple[size-n=" in x for x in lines), lines
@@ -64,7 +65,7 @@ def test_sweep_with_confirmation_and_serving_curve(tmp_path, demo_image, models_
     assert "### Serving: throughput against per-stream latency" in text and "ngram-mod** against baseline" in text
     assert {p.name for p in written} >= {"sweep-ngram-simple.png", "serving.png", "R.md"}
 
-    again = run(path, results_dir=tmp_path / "r", models_dir=models_dir, resume="sw", progress=False,
+    again = run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, resume="sw", progress=False,
                 log=lines.append)
     assert "0 ok, 0 failed, 30 already recorded" in again, again
-    assert len(rd.measurements()) == 30
+    assert len([r for r in rd.measurements() if "retake_of" not in r]) == 30  # a busy machine adds retakes

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -376,15 +377,15 @@ UNTRUSTED = {
 @pytest.mark.parametrize("field", sorted(UNTRUSTED))
 def test_build_sources_and_images_need_trust_source(sandbox, field):
     m = mf.load(_manifest(sandbox.work / "m", **UNTRUSTED[field]))
-    # refused before any engine, fetch or build is touched (the client is None)
+    # the task's one decision refuses it, before any engine, fetch or build is touched: build and run take only
+    # a decided manifest
     with pytest.raises(KitError) as e:
-        bd.build(None, m, log=lambda s: None)
+        trust.decide(m, trust_source=False)
     one_line(e, f"{field}: ", "pass --trust-source if you trust it")
-    with pytest.raises(KitError) as e:
-        runner.run(m.path, results_dir=sandbox.work / "r", models_dir=sandbox.work / "models", log=lambda s: None)
-    one_line(e, f"{field}: ", "--trust-source")
-    assert not (sandbox.work / "r").exists() and not (sandbox.work / "models").exists()
-    trust.require_trusted(m, trust_source=True)
+    decided = trust.decide(m, trust_source=True)
+    assert decided.manifest is m and field in decided.vouched
+    assert "trust_source" not in inspect.signature(bd.build).parameters
+    assert "trust_source" not in inspect.signature(runner.run).parameters
 
 
 def test_official_sources_need_no_flag():

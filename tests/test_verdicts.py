@@ -14,7 +14,7 @@ from harness.analysis import report as rp
 from harness.analysis.summary import summarize
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, single_stream, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -47,8 +47,8 @@ def test_cpu_hog_during_half_a_run_is_measured_and_named(tmp_path, demo_image, m
             time.sleep(0.5)
 
     try:
-        runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="hog", seed=5, progress=False,
-                   log=log)
+        runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="hog", seed=5,
+                   progress=False, log=log)
     finally:
         for p in hog:
             p.kill()
@@ -76,8 +76,8 @@ def test_cpu_hog_during_half_a_run_is_measured_and_named(tmp_path, demo_image, m
 
 def test_aa_control_and_until(tmp_path, demo_image, models_dir):
     path = _manifest(tmp_path, runs=2, n_predict=32, tasks=("json-out",))
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="aa", seed=7, progress=False,
-                     log=lambda s: None, aa_control=True, until=0.5, max_rounds=5)
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="aa", seed=7,
+                     progress=False, log=lambda s: None, aa_control=True, until=0.5, max_rounds=5)
     rd = RunDir.open(tmp_path / "r" / "aa")
     meta = rd.read_meta()
     assert meta.plan.aa_control and meta.strategy("baseline-aa").baseline == "baseline"

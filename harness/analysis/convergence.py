@@ -67,7 +67,7 @@ def rounds_needed(scale2: float | None, target: float = CONVERGENCE_TARGET, df_p
     goal = math.log1p(target)
     for m in range(2, limit + 1):
         factor, df = inf.shape(m)
-        df_all = df + df_prior
+        df_all = inf.pooled_df(df, df_prior)
         tail = 0.5 + confidence / 2
         q = float(sps.norm.ppf(tail)) if math.isinf(df_all) else float(sps.t.ppf(tail, df_all))
         if q * math.sqrt(scale2 * factor) <= goal:
@@ -114,7 +114,7 @@ def _cell(key: CellKey, loc: inf.Location | None, est: inf.Estimate | None, prio
     if loc is None or est is None or not est.testable:
         return CellConvergence(key, n, None, False, min_rounds)
     if prior.d0 > 0 and inf.variance_p(loc, prior) >= inf.OWN_VARIANCE_P:
-        need = max(min_rounds, rounds_needed(prior.s02, target, prior.d0, confidence=inf.CONFIDENCE) or 0)
+        need = max(min_rounds, rounds_needed(prior.s02, target, prior.d0) or 0)
         return CellConvergence(key, n, round(hw, 4), n >= need, need)
     need = max(min_rounds, rounds_needed(loc.scale2, target) or 0)
     strict = inf.Interval.of(inf.moderate(loc, inf.NO_PRIOR), STOP_CONFIDENCE).half_width(math.exp(loc.estimate))

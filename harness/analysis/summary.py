@@ -147,7 +147,7 @@ def sensitivity(index: CellIndex, meta: RunMeta) -> list[dict[str, Any]]:
     output's agreement with the reference's (common prefix in tokens), and the speedup against the baseline."""
     out = []
     for t in meta.planned_tasks():
-        if not t.probe:
+        if not t.perturbation:
             continue
         ref = t.prompts[0].id
         for host in meta.plan.hosts:

@@ -42,8 +42,8 @@ def _num(s: str) -> float | None:
 
 def facts(engine: Engine, image: str | None = None) -> dict[str, Any]:
     """Host, CPU, memory, GPU, driver, Docker engine and image facts."""
-    info = engine.client.info()
-    version = engine.client.version()
+    info = engine.info()
+    version = engine.version()
     meminfo = engine.read_host_file("/proc/meminfo") or ""
     mem_kb = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
     out: dict[str, Any] = {
@@ -63,10 +63,10 @@ def facts(engine: Engine, image: str | None = None) -> dict[str, Any]:
     }
     if image:
         try:
-            img = engine.client.images.get(image)
-            out["image"] = {"tag": image, "id": img.id, "labels": img.labels}
+            img = engine.image(image)
         except Exception:  # noqa: BLE001 - the record notes the image as missing rather than failing
-            out["image"] = {"tag": image, "id": None}
+            img = None
+        out["image"] = {"tag": image, "id": img.id, "labels": img.labels} if img else {"tag": image, "id": None}
     return out
 
 

@@ -285,6 +285,7 @@ class RemoteEngine(Engine):
 
     remote = True
     transient_errors = (paramiko.ChannelException, paramiko.SSHException, EOFError)
+    lost_errors = (*Engine.lost_errors, paramiko.SSHException)
 
     def __init__(self, conn: Connection, label: str | None = None, remote_models: str | None = None):
         self.conn = conn

@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
-import docker
 from harness import DOCKER, LABEL_PREFIX, KitError
+from harness.hosts.engine import Engine, EngineRefused
 
 SCRIPT = DOCKER / "base" / "make-rootfs.sh"
 REGISTRY_DOCKERFILE = DOCKER / "base" / "registry.Dockerfile"
@@ -70,9 +68,9 @@ def local_arch() -> str:
     return normalise_arch(platform.machine())
 
 
-def engine_arch(client: docker.DockerClient) -> str:
+def engine_arch(engine: Engine) -> str:
     """The Docker engine's architecture (its own `info()`), as image tags name it."""
-    return normalise_arch(client.info().get("Architecture", ""))
+    return normalise_arch(engine.architecture())
 
 
 def _recipe_digest(role: str, method: str) -> str:
@@ -148,34 +146,23 @@ def decide(engine_arch: str, local_arch: str, registry: bool, debootstrap_host: 
 # ---------------------------------------------------------------- what the engine and the hosts can do
 
 
-def image_exists(client: docker.DockerClient, tag: str) -> bool:
-    try:
-        client.images.get(tag)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-
-
-def registry_answers(client: docker.DockerClient, image: str = DEBIAN_IMAGE, log: Callable[[str], None] = print,
+def registry_answers(engine: Engine, image: str = DEBIAN_IMAGE, log: Callable[[str], None] = print,
                      answer_s: float = PULL_ANSWER_S) -> bool:
     """Can the engine pull `image`? Pulls it (for the engine's own architecture) when the registry answers within
     `answer_s`; True when the image is there afterwards (or was already)."""
-    if image_exists(client, image):
+    if engine.image(image) is not None:
         return True
-    repo, tag = image.rsplit(":", 1)
     first = threading.Event()
     outcome: dict[str, Any] = {}
 
     def pull() -> None:
         try:
-            for chunk in client.api.pull(repo, tag=tag, stream=True, decode=True):
+            for chunk in engine.pull(image):
                 if "error" in chunk or "errorDetail" in chunk:
                     outcome["error"] = chunk.get("error") or chunk["errorDetail"].get("message", "")
                     break
                 first.set()
-        except docker.errors.APIError as e:
-            outcome["error"] = str(e.explanation or e)
-        except docker.errors.DockerException as e:
+        except EngineRefused as e:
             outcome["error"] = str(e)
         finally:
             outcome["done"] = True
@@ -191,7 +178,7 @@ def registry_answers(client: docker.DockerClient, image: str = DEBIAN_IMAGE, log
     if "error" in outcome:
         log(f"base: {image} cannot be pulled ({str(outcome['error']).strip().splitlines()[0][:160]})")
         return False
-    return image_exists(client, image)
+    return engine.image(image) is not None
 
 
 _CAN_DEBOOTSTRAP = ('PATH="$PATH:/usr/sbin:/sbin"; command -v debootstrap >/dev/null && command -v docker >/dev/null '
@@ -211,7 +198,7 @@ def debootstrap_here() -> bool:
     return subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
 
 
-def debootstrap_on_host(engine) -> bool:
+def debootstrap_on_host(engine: Engine) -> bool:
     """Can the engine's host run debootstrap and import the result with its docker CLI?"""
     code, _ = engine.run_host(["sh", "-c", _CAN_DEBOOTSTRAP], timeout=30)
     return code == 0
@@ -251,7 +238,7 @@ def _import_changes(role: str) -> list[str]:
     return [f"ENV {ENV_PATH}", f"LABEL {LABEL_PREFIX}.base={role}"]
 
 
-def make_here(client: docker.DockerClient, role: str, tag: str, mirror: str, log: Callable[[str], None]) -> None:
+def make_here(engine: Engine, role: str, tag: str, mirror: str, log: Callable[[str], None]) -> None:
     """debootstrap on this machine, then import the root filesystem into the engine through its API."""
     log(f"base: making {tag} with debootstrap here from {mirror} (about a minute)")
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
@@ -266,11 +253,10 @@ def make_here(client: docker.DockerClient, role: str, tag: str, mirror: str, log
         if proc.returncode != 0:
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
             raise KitError(f"base image {role}: debootstrap failed (exit {proc.returncode}): {tail}")
-        repo, name = tag.rsplit(":", 1)
-        client.api.import_image(src=str(tar), repository=repo, tag=name, changes=_import_changes(role))
+        engine.import_image(tar, tag, _import_changes(role))
 
 
-def make_on_host(engine, role: str, tag: str, log: Callable[[str], None]) -> None:
+def make_on_host(engine: Engine, role: str, tag: str, log: Callable[[str], None]) -> None:
     """debootstrap on the engine's own host over SSH (its architecture, its apt mirror) and `docker import` there:
     nothing but the short script crosses the connection."""
     mirror = host_mirror(engine.read_host_file)
@@ -293,7 +279,7 @@ def make_on_host(engine, role: str, tag: str, log: Callable[[str], None]) -> Non
         raise KitError(f"base image {role} on {engine.name}: debootstrap or docker import failed: {tail}")
 
 
-def make_from_registry(client: docker.DockerClient, role: str, tag: str, log: Callable[[str], None],
+def make_from_registry(engine: Engine, role: str, tag: str, log: Callable[[str], None],
                        debian: str = DEBIAN_IMAGE) -> None:
     """debian:bookworm plus the role's packages, built by the engine with network (apt)."""
     log(f"base: making {tag} from {debian} with apt (network)")
@@ -306,36 +292,33 @@ def make_from_registry(client: docker.DockerClient, role: str, tag: str, log: Ca
     ctx.seek(0)
     last: list[str] = []
     try:
-        for chunk in client.api.build(fileobj=ctx, custom_context=True, tag=tag, pull=False, rm=True, forcerm=True,
-                                      decode=True, network_mode="host",
-                                      buildargs={"DEBIAN": debian, "PACKAGES": " ".join(PACKAGES[role])},
-                                      labels={f"{LABEL_PREFIX}.base": role}):
+        for chunk in engine.build_image(ctx, tag, buildargs={"DEBIAN": debian, "PACKAGES": " ".join(PACKAGES[role])},
+                                        labels={f"{LABEL_PREFIX}.base": role}, network="host"):
             last = (last + chunk.get("stream", "").splitlines())[-5:]
             if "error" in chunk or "errorDetail" in chunk:
                 msg = chunk.get("error") or chunk["errorDetail"].get("message", "")
                 raise KitError(f"base image {role} from {debian} failed: {msg.strip()} ({' | '.join(last[-3:])})")
-    except docker.errors.APIError as e:
-        raise KitError(f"base image {role} from {debian} failed: {e.explanation or e}") from None
+    except EngineRefused as e:
+        raise KitError(f"base image {role} from {debian} failed: {e}") from None
 
 
-def existing(client: docker.DockerClient, arch: str) -> BaseImages | None:
+def existing(engine: Engine, arch: str) -> BaseImages | None:
     """Bases of this architecture already on the engine (either way of making them), registry ones first."""
     for b in candidates(arch):
-        if image_exists(client, b.builder) and image_exists(client, b.runtime):
+        if engine.image(b.builder) is not None and engine.image(b.runtime) is not None:
             return BaseImages(b.builder, b.runtime, f"{b.reason}, already on the engine")
     return None
 
 
-def ensure(engine, log: Callable[[str], None] = print, mirror: str | None = None) -> BaseImages:
+def ensure(engine: Engine, log: Callable[[str], None] = print, mirror: str | None = None) -> BaseImages:
     """Bases for the engine's architecture: reused when there, else made the way `decide` picks, or one line
     saying what is missing before anything is sent."""
-    client = engine.client
-    arch = engine_arch(client)
-    have = existing(client, arch)
+    arch = engine_arch(engine)
+    have = existing(engine, arch)
     if have is not None:
         return have
-    remote = bool(getattr(engine, "remote", False))
-    registry = registry_answers(client, log=log)
+    remote = engine.remote
+    registry = registry_answers(engine, log=log)
     decision = decide(arch, local_arch(), registry,
                       debootstrap_host=remote and not registry and debootstrap_on_host(engine),
                       debootstrap_here=not registry and debootstrap_here(), remote=remote, host=engine.name)
@@ -344,15 +327,15 @@ def ensure(engine, log: Callable[[str], None] = print, mirror: str | None = None
     want = images_for(arch, decision.method or "debootstrap")
     made = []
     for role, tag in (("builder", want.builder), ("runtime", want.runtime)):
-        if image_exists(client, tag):
+        if engine.image(tag) is not None:
             continue
         if decision.method == "registry":
-            make_from_registry(client, role, tag, log)
+            make_from_registry(engine, role, tag, log)
         elif decision.where == "host":
             make_on_host(engine, role, tag, log)
         else:
-            make_here(client, role, tag, mirror or host_mirror(), log)
-        if not image_exists(client, tag):
+            make_here(engine, role, tag, mirror or host_mirror(), log)
+        if engine.image(tag) is None:
             raise KitError(f"base image {role}: {tag} is not on {engine.name} after making it")
         log(f"base: {tag} ready")
         made.append(role)

@@ -12,18 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
-import docker
 from harness import KitError, schema
 from harness.files import atomic_write_text, safe_name
 from harness.formatter import console
-from harness.hosts.engine import Engine, LocalEngine
+from harness.hosts.engine import Engine, EngineRefused, Image
 from harness.image import bases, cuda_base, cuda_image, images
 from harness.image.recipe import DOCKERFILE, PROBE_DIR, BuildPlan, build_plan
 from harness.image.source import CACHE, SourceTree, context_files, resolve_source
-from harness.intake import trust
 from harness.intake.manifest import Manifest
+from harness.intake.trust import Trusted
 from harness.schema import FORMAT_VERSIONS
 
 
@@ -48,13 +45,6 @@ def write_context(source: SourceTree, out: io.BufferedIOBase) -> int:
     return n
 
 
-def image_for(client: docker.DockerClient, tag: str):
-    try:
-        return client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        return None
-
-
 def _condense(line: str) -> str | None:
     """Keep the build log lines a person wants to see: steps, cmake's progress every ~10%, errors."""
     s = line.rstrip()
@@ -71,8 +61,8 @@ def _condense(line: str) -> str | None:
     return None
 
 
-def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree, force: bool, jobs: int | None,
-                  log: Callable[[str], None], cpu_shares: int | None = None):
+def _docker_build(engine: Engine, p: BuildPlan, source: SourceTree, force: bool, jobs: int | None,
+                  log: Callable[[str], None], cpu_shares: int | None = None) -> Image:
     """Send the context and build the image, showing the condensed log; the built image or one error."""
     log(f"build: building {p.tag} (llama.cpp b{source.build_number}, {source.kind}); this takes minutes")
     buildargs = dict(p.build_args)
@@ -85,10 +75,8 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
         log(f"build: context {n} files, {ctx.tell() / 1e6:.0f} MB")
         ctx.seek(0)
         try:
-            stream = client.api.build(fileobj=ctx, custom_context=True, tag=p.tag, buildargs=buildargs,
-                                      labels=p.labels, rm=True, forcerm=True, pull=False, decode=True,
-                                      network_mode="none", nocache=force,
-                                      container_limits={"cpushares": cpu_shares} if cpu_shares else None)
+            stream = engine.build_image(ctx, p.tag, buildargs=buildargs, labels=p.labels, network="none",
+                                        nocache=force, cpu_shares=cpu_shares)
             for chunk in stream:
                 for line in chunk.get("stream", "").splitlines():
                     last_lines = (last_lines + [line])[-25:]
@@ -101,69 +89,65 @@ def _docker_build(client: docker.DockerClient, p: BuildPlan, source: SourceTree,
                     msg = chunk.get("error") or chunk["errorDetail"].get("message", "")
                     tail = "\n".join("    " + x for x in last_lines[-15:])
                     raise KitError(f"build failed: {msg.strip()}\n  last log lines:\n{tail}")
-        except docker.errors.APIError as e:
-            raise KitError(f"build failed: {e.explanation or e}") from None
-    built = image_for(client, p.tag)
+        except EngineRefused as e:
+            raise KitError(f"build failed: {e}") from None
+    built = engine.image(p.tag)
     if built is None:
         raise KitError(f"build finished without tagging {p.tag} (image {image_id})")
     return built
 
 
-def build(target, manifest: Manifest, *, backend: str | None = None, force: bool = False,
+def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force: bool = False,
           prefer: str | None = None, log: Callable[[str], None] = print, host: str | None = None,
-          jobs: int | None = None, trust_source: bool = False, offline_base: bool = False,
-          cpu_shares: int | None = None) -> dict[str, Any]:
-    """Build (or reuse) the image for the manifest on an engine (or a Docker client, taken as the local engine);
-    return the build record (also written under .cache/builds).
+          jobs: int | None = None, offline_base: bool = False, cpu_shares: int | None = None) -> dict[str, Any]:
+    """Build (or reuse) the image for a trusted manifest on an engine; return the build record (also written
+    under .cache/builds).
 
     An image already on the engine with the same identity (source, flags, backend, bases, recipe, architecture) is
-    reused whichever manifest or host asked for it (harness/image/images.py), without fetching the source. A source
-    other than the official llama.cpp one, a custom base image or CMake flags beyond feature switches are refused
-    unless `trust_source` (harness/intake/trust.py). offline_base: for the cuda backend, build on bases made here from
-    PyPI's CUDA wheels instead of nvidia/cuda. cpu_shares: the build containers' CPU weight (1024 is normal; lower
-    yields to other work on a shared machine)."""
-
-    trust.require_trusted(manifest, trust_source)
-    engine = target if isinstance(target, Engine) else LocalEngine(target)
+    reused whichever manifest or host asked for it (harness/image/images.py), without fetching the source. The
+    manifest comes with the task's trust decision (harness/intake/trust.py: a source other than the official
+    llama.cpp one, a custom base image or CMake flags beyond feature switches need the user's word). offline_base:
+    for the cuda backend, build on bases made here from PyPI's CUDA wheels instead of nvidia/cuda. cpu_shares: the
+    build containers' CPU weight (1024 is normal; lower yields to other work on a shared machine)."""
+    manifest = trusted.manifest
     host = host or engine.name
-    client = engine.client
     backend = backend or manifest.build.backend
-    arch = bases.engine_arch(client)
+    arch = bases.engine_arch(engine)
     if not force and images.identity_known(manifest, prefer):
-        found = images.find(client, manifest, backend, prefer=prefer, arch=arch)
+        found = images.find(engine, manifest, backend, prefer=prefer, arch=arch)
         if found is not None:
             log(f"build: {found.tag} is on {host} already (same source, flags, backend, bases and recipe)")
-            return images.record_of(client, found, host)
+            return images.record_of(engine, found, host)
     made = None
     if backend == "cpu" and not manifest.build.base_image:
         made = bases.ensure(engine, log)  # before the source is fetched or anything is sent
     elif backend == "cuda" and not manifest.build.base_image:
 
-        made = cuda_base.ensure(engine, log) if offline_base else cuda_base.ensure_registry(client, log)
+        made = cuda_base.ensure(engine, log) if offline_base else cuda_base.ensure_registry(engine, log)
     source = resolve_source(manifest, log, prefer)
     p = build_plan(manifest, source, backend, made, arch)
     log(f"build: base {p.base_image} / runtime {p.runtime_image}: {p.base_reason}")
-    existing = image_for(client, p.tag)
+    existing = engine.image(p.tag)
     reused = existing is not None and not force
     started = time.monotonic()
     if not reused:
-        existing = _docker_build(client, p, source, force, jobs, log, cpu_shares)
+        existing = _docker_build(engine, p, source, force, jobs, log, cpu_shares)
     cuda_checks = None
     if backend == "cuda":
 
-        version = cuda_image.server_version(client, p.tag)  # "no NVIDIA driver: ..." where the host has none
+        version = cuda_image.server_version(engine, p.tag)  # "no NVIDIA driver: ..." where the host has none
         if not reused:  # libraries resolve (but the driver's), cuBLAS is there: no GPU needed
-            cuda_checks = cuda_image.inspect(client, p.tag).as_dict()
+            cuda_checks = cuda_image.inspect(engine, p.tag).as_dict()
             for line in cuda_checks["problems"] or ["libraries resolve except the driver's libcuda.so.1"]:
                 log(f"build: CUDA check: {line}")
     else:
-        version = images.version_of(client, p.tag)
+        version = images.version_of(engine, p.tag)
     record = {
         "format_version": FORMAT_VERSIONS["build"],
         "tag": p.tag,
         "image_id": existing.id,
         "reused": reused,
-        "built_at": existing.attrs.get("Created"),
+        "built_at": existing.created,
         "build_seconds": None if reused else round(time.monotonic() - started, 1),
         "host": host,
         "server_version": version,

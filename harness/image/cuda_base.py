@@ -23,12 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import docker.errors
-
-import docker
 from harness import DOCKER, LABEL_PREFIX, ROOT, KitError
 from harness.files import file_sha256
-from harness.hosts.engine import Engine, LocalEngine
+from harness.hosts.engine import Engine, EngineRefused
 from harness.image import bases as base
 from harness.image.recipe import CUDA_BASE, CUDA_RUNTIME
 
@@ -101,9 +98,9 @@ WHEELS: dict[str, tuple[Wheel, ...]] = {
 }
 
 
-def arch_of(client: docker.DockerClient) -> str:
+def arch_of(engine: Engine) -> str:
     """The engine's architecture as image and wheel names say it: amd64 or arm64."""
-    raw = str(client.info().get("Architecture", ""))
+    raw = engine.architecture()
     if raw not in ARCHES:
         raise KitError(f"cuda base: the Docker engine reports architecture {raw!r}; CUDA wheels exist for "
                        f"{sorted(set(ARCHES))}")
@@ -271,14 +268,13 @@ def version_json(arch: str) -> dict:
 # ---------------------------------------------------------------- images
 
 
-def _build(client: docker.DockerClient, ctx: io.BufferedIOBase, tag: str, buildargs: dict[str, str],
+def _build(engine: Engine, ctx: io.BufferedIOBase, tag: str, buildargs: dict[str, str],
            labels: dict[str, str], log: Callable[[str], None], network_mode: str = "none",
            nocache: bool = False) -> None:
     last: list[str] = []
     try:
-        for chunk in client.api.build(fileobj=ctx, custom_context=True, tag=tag, buildargs=buildargs, labels=labels,
-                                      rm=True, forcerm=True, pull=False, decode=True, network_mode=network_mode,
-                                      nocache=nocache):
+        for chunk in engine.build_image(ctx, tag, buildargs=buildargs, labels=labels, network=network_mode,
+                                        nocache=nocache):
             for line in chunk.get("stream", "").splitlines():
                 last = (last + [line])[-12:]
                 if line.startswith(("cuda-devel.sh:", "cmake version", "g++", "Build cuda_")):
@@ -286,9 +282,9 @@ def _build(client: docker.DockerClient, ctx: io.BufferedIOBase, tag: str, builda
             if "error" in chunk or "errorDetail" in chunk:
                 msg = (chunk.get("error") or chunk["errorDetail"].get("message", "")).strip()
                 raise KitError(f"cuda base {tag}: build failed: {msg} | " + " | ".join(last[-4:]))
-    except docker.errors.APIError as e:
-        raise KitError(f"cuda base {tag}: build failed: {e.explanation or e}") from None
-    if not base.image_exists(client, tag):
+    except EngineRefused as e:
+        raise KitError(f"cuda base {tag}: build failed: {e}") from None
+    if engine.image(tag) is None:
         raise KitError(f"cuda base: the build finished without tagging {tag}")
 
 
@@ -304,26 +300,26 @@ def registry_tags(devel: str | None = None) -> base.BaseImages:
                            registry_free=False)
 
 
-def ensure_registry(client: docker.DockerClient, log: Callable[[str], None] = print,
+def ensure_registry(engine: Engine, log: Callable[[str], None] = print,
                     devel: str | None = None) -> base.BaseImages:
     """Make (or reuse) nvidia/cuda's devel image with CMake and build tools, pulling it and the packages with the
     network (the llama.cpp build that follows has none). `devel` replaces the nvidia/cuda image (tests)."""
 
     want = registry_tags(devel)
-    if base.image_exists(client, want.builder):
+    if engine.image(want.builder) is not None:
         return replace(want, reason=want.reason + ", already made")
     ctx = io.BytesIO()
     with tarfile.open(fileobj=ctx, mode="w") as tf:
         _add_bytes(tf, "Dockerfile", (BASE_DIR / REGISTRY_RECIPE).read_bytes(), 0o644)
     ctx.seek(0)
     log(f"cuda base: making {want.builder} from {devel or CUDA_BASE} (pulls it; installs CMake with apt)")
-    _build(client, ctx, want.builder, {"CUDA_DEVEL": devel or CUDA_BASE},
+    _build(engine, ctx, want.builder, {"CUDA_DEVEL": devel or CUDA_BASE},
            {f"{LABEL_PREFIX}.base": "cuda-registry-devel", f"{LABEL_PREFIX}.cuda-release": CUDA_RELEASE}, log,
            network_mode="host")
     return replace(want, reason=want.reason + " (made now)")
 
 
-def ensure(engine, log: Callable[[str], None] = print, arch: str | None = None,
+def ensure(engine: Engine, log: Callable[[str], None] = print, arch: str | None = None,
            cache: Path = CACHE, force: bool = False) -> base.BaseImages:
     """Make (or reuse) the offline CUDA devel and runtime bases for the engine's architecture; return their tags.
 
@@ -331,17 +327,16 @@ def ensure(engine, log: Callable[[str], None] = print, arch: str | None = None,
     both images with network_mode none: nothing inside `docker build` reaches the network. force: make both
     anew, without the engine's build cache."""
 
-    engine = engine if isinstance(engine, Engine) else LocalEngine(engine)
-    client = engine.client
-    arch = arch or arch_of(client)
+    arch = arch or arch_of(engine)
     debian = base.ensure(engine, log)
-    debian_arch = ARCHES.get(str(client.images.get(debian.builder).attrs.get("Architecture")), "?")
+    builder = engine.image(debian.builder)
+    debian_arch = ARCHES.get(str(builder.architecture if builder else None), "?")
     if debian_arch != arch:
         # debootstrap makes the Debian bases for the machine that runs the kit, not for a remote engine.
         raise KitError(f"cuda base: the Debian base {debian.builder} is {debian_arch} but the engine is {arch}; "
                        "make the offline bases on a machine of the engine's architecture (run the kit there)")
     want = tags(arch, debian)
-    have = {t: not force and base.image_exists(client, t) for t in (want.builder, want.runtime)}
+    have = {t: not force and engine.image(t) is not None for t in (want.builder, want.runtime)}
     if all(have.values()):
         return base.BaseImages(want.builder, want.runtime, want.reason + ", already made")
     recipe = recipe_sha256(arch, debian)
@@ -355,7 +350,7 @@ def ensure(engine, log: Callable[[str], None] = print, arch: str | None = None,
             n = write_devel_context(wheels, ctx, version_json(arch))
             log(f"cuda base: making {want.builder} ({n} toolkit files, context {ctx.tell() / 1e6:,.0f} MB)")
             ctx.seek(0)
-            _build(client, ctx, want.builder, {"DEBIAN_BUILDER": debian.builder}, {**labels,
+            _build(engine, ctx, want.builder, {"DEBIAN_BUILDER": debian.builder}, {**labels,
                    f"{LABEL_PREFIX}.base": "cuda-devel"}, log, nocache=force)
         log(f"cuda base: made {want.builder} in {time.monotonic() - started:.0f} s")
     if not have[want.runtime]:
@@ -364,6 +359,6 @@ def ensure(engine, log: Callable[[str], None] = print, arch: str | None = None,
             _add_bytes(tf, "Dockerfile", (BASE_DIR / "cuda-runtime.Dockerfile").read_bytes(), 0o644)
         ctx.seek(0)
         log(f"cuda base: making {want.runtime}")
-        _build(client, ctx, want.runtime, {"CUDA_DEVEL": want.builder, "DEBIAN_RUNTIME": debian.runtime},
+        _build(engine, ctx, want.runtime, {"CUDA_DEVEL": want.builder, "DEBIAN_RUNTIME": debian.runtime},
                {**labels, f"{LABEL_PREFIX}.base": "cuda-runtime"}, log, nocache=force)
     return base.BaseImages(want.builder, want.runtime, want.reason + " (made now)")

@@ -8,10 +8,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import docker.errors
-
-import docker
 from harness import LABEL_PREFIX, KitError
+from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 
 #: The driver's library: the NVIDIA container runtime mounts the host's copy; no image carries it.
 DRIVER_LIBRARY = "libcuda.so.1"
@@ -124,51 +122,42 @@ def _linkage(path: str, lines: list[str]) -> Linkage:
     return Linkage(path, resolved, unresolved)
 
 
-def has_nvidia_runtime(client: docker.DockerClient) -> bool:
+def has_nvidia_runtime(engine: Engine) -> bool:
     """Whether the engine can give a container a GPU (the NVIDIA runtime, or CDI specs for it)."""
-    info = client.info()
+    info = engine.info()
     return "nvidia" in (info.get("Runtimes") or {}) or any("nvidia" in str(x) for x in info.get("CDISpecDirs") or [])
 
 
-def _run(client: docker.DockerClient, image: str, command: list[str], gpu: bool) -> tuple[int, str]:
-    kwargs: dict[str, Any] = {}
-    if gpu:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+def _run(engine: Engine, image: str, command: list[str], gpu: bool) -> tuple[int, str]:
     try:
-        ctr = client.containers.create(image, command, entrypoint=[], network_mode="none",
-                                       labels={f"{LABEL_PREFIX}.role": "cuda-check"}, **kwargs)
-    except docker.errors.ImageNotFound:
+        done = engine.run_container(image, command, {f"{LABEL_PREFIX}.role": "cuda-check"}, gpu=gpu, entrypoint=[],
+                                    timeout=300)
+    except ImageMissing:
         raise KitError(f"image {image} is not in the engine; run `invoke build --backend cuda` first") from None
-    try:
-        ctr.start()
-        code = ctr.wait(timeout=300)["StatusCode"]
-        return code, ctr.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-    except docker.errors.APIError as e:
+    except EngineRefused as e:
         what = " with a GPU" if gpu else ""
-        raise KitError(f"cannot start a container of {image}{what}: {e.explanation or e}") from None
-    finally:
-        ctr.remove(force=True)
+        raise KitError(f"cannot start a container of {image}{what}: {e}") from None
+    return done.exit_code, done.text
 
 
-def server_version(client: docker.DockerClient, image: str) -> str:
+def server_version(engine: Engine, image: str) -> str:
     """`llama-server --version` of a CUDA image, with the GPU where the engine has one; "no NVIDIA driver: ..."
     in place of the loader's error where it has none (so build records and `invoke doctor` say why)."""
     cmd = ["llama-server", "--version"]
     try:
-        _, out = _run(client, image, cmd, gpu=has_nvidia_runtime(client))
+        _, out = _run(engine, image, cmd, gpu=has_nvidia_runtime(engine))
     except KitError:
-        _, out = _run(client, image, cmd, gpu=False)  # a runtime without a usable GPU: say what is missing
+        _, out = _run(engine, image, cmd, gpu=False)  # a runtime without a usable GPU: say what is missing
     no_driver = missing_driver(out)
     return no_driver if no_driver else out.strip()
 
 
-def inspect(client: docker.DockerClient, image: str, gpu: bool = False) -> CudaImageReport:
+def inspect(engine: Engine, image: str, gpu: bool = False) -> CudaImageReport:
     """Run the no-GPU checks on a CUDA llama-server image (gpu=True also hands it the GPU)."""
-    try:
-        img = client.images.get(image)
-    except docker.errors.ImageNotFound:
-        raise KitError(f"image {image} is not in the engine; run `invoke build --backend cuda` first") from None
-    _, text = _run(client, image, ["/bin/sh", "-c", _SCRIPT], gpu)
+    img = engine.image(image)
+    if img is None:
+        raise KitError(f"image {image} is not in the engine; run `invoke build --backend cuda` first")
+    _, text = _run(engine, image, ["/bin/sh", "-c", _SCRIPT], gpu)
     linkage: list[Linkage] = []
     libraries: dict[str, int] = {}
     version_lines: list[str] = []
@@ -185,7 +174,7 @@ def inspect(client: docker.DockerClient, image: str, gpu: bool = False) -> CudaI
             version_lines = lines
         elif name == "exit":
             version_exit = int(arg) if arg.isdigit() else -1
-    report = CudaImageReport(image, int(img.attrs.get("Size") or 0), dict(img.labels or {}), libraries, linkage,
+    report = CudaImageReport(image, img.size, dict(img.labels), libraries, linkage,
                              "\n".join(version_lines), version_exit)
     report.problems = _problems(report, gpu)
     return report

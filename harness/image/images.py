@@ -1,11 +1,11 @@
 """Finding the llama.cpp image a manifest needs on an engine by what the image is, not by who asked for it.
 
 Every image the kit builds carries its identity in labels (harness/image/build.py: source, CMake flags, backend, bases,
-recipe, architecture, the plan key that names the tag, and the whole plan as JSON). An image on an engine serves a
-manifest when the manifest, planned with that image's source and bases, gives the same plan key: the source must
-be one the manifest allows (an sdist by sha256; a git repo and ref, and its commit when pinned; a local folder by
-its content hash), and the bases must be ones made for the engine's architecture. Two manifests with the same
-source, flags and backend therefore share one image, on any host that holds it.
+recipe, architecture, the build plan's key that names the tag, and the whole build plan as JSON). An image on an
+engine serves a manifest when the manifest's build plan, with that image's source and bases, has the same key: the
+source must be one the manifest allows (an sdist by sha256; a git repo and ref, and its commit when pinned; a local
+folder by its content hash), and the bases must be ones made for the engine's architecture. Two manifests with the
+same source, flags and backend therefore share one image, on any host that holds it.
 
 Build records of found images are cached by image id under .cache/builds/images/ (the id names the content, so
 one record serves every engine that holds the image)."""
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
 from harness import LABEL_PREFIX, schema
 from harness.files import atomic_write_text
+from harness.hosts.engine import Engine, Image
 from harness.image import bases, recipe
 from harness.image.source import CACHE, SourceTree, _kinds, describe_source, resolve_path
 from harness.intake.manifest import Manifest
@@ -31,14 +31,14 @@ RECORDS = CACHE / "builds" / "images"
 
 @dataclass(frozen=True)
 class Found:
-    """An image on an engine that serves a manifest, and the plan it was built from."""
+    """An image on an engine that serves a manifest, and the build plan it was built from."""
 
-    image: Any  # docker.models.images.Image
-    plan: recipe.BuildPlan
+    image: Image
+    build_plan: recipe.BuildPlan
 
     @property
     def tag(self) -> str:
-        return self.plan.tag
+        return self.build_plan.tag
 
 
 def identity_known(manifest: Manifest, prefer: str | None = None) -> bool:
@@ -88,9 +88,9 @@ def bases_from_labels(manifest: Manifest, backend: str, labels: dict[str, str], 
     return next((b for b in bases.candidates(arch) if (b.builder, b.runtime) == pair), None)
 
 
-def matching_plan(manifest: Manifest, labels: dict[str, str], backend: str, arch: str, prefer: str | None = None,
+def matching_build_plan(manifest: Manifest, labels: dict[str, str], backend: str, arch: str, prefer: str | None = None,
                   local_tree: Callable[[], SourceTree] | None = None) -> recipe.BuildPlan | None:
-    """The manifest's plan for an image with these labels, when that plan is the image's (same plan key)."""
+    """The manifest's build plan for an image with these labels, when it is the image's (same plan key)."""
     if labels.get(f"{LABEL_PREFIX}.backend") != backend or labels.get(f"{LABEL_PREFIX}.arch") != arch:
         return None
     tree = source_from_labels(manifest, labels, prefer, local_tree)
@@ -103,11 +103,11 @@ def matching_plan(manifest: Manifest, labels: dict[str, str], backend: str, arch
     return p if p.labels[f"{LABEL_PREFIX}.plan-key"] == labels.get(f"{LABEL_PREFIX}.plan-key") else None
 
 
-def find(client: docker.DockerClient, manifest: Manifest, backend: str | None = None, *, prefer: str | None = None,
+def find(engine: Engine, manifest: Manifest, backend: str | None = None, *, prefer: str | None = None,
          arch: str | None = None) -> Found | None:
     """The newest image on the engine that serves the manifest, or None."""
     backend = backend or manifest.build.backend
-    arch = arch or bases.engine_arch(client)
+    arch = arch or bases.engine_arch(engine)
     tree: list[SourceTree] = []
 
     def local_tree() -> SourceTree:  # a local folder is hashed once, and only when an image names it
@@ -116,11 +116,10 @@ def find(client: docker.DockerClient, manifest: Manifest, backend: str | None = 
         return tree[0]
 
     found = []
-    for img in client.images.list(filters={"label": [f"{LABEL_PREFIX}.backend={backend}",
-                                                     f"{LABEL_PREFIX}.plan-key"]}):
-        p = matching_plan(manifest, img.labels or {}, backend, arch, prefer, local_tree)
-        if p is not None and p.tag in (img.tags or []):
-            found.append((str(img.attrs.get("Created", "")), p.tag, Found(img, p)))
+    for img in engine.images([f"{LABEL_PREFIX}.backend={backend}", f"{LABEL_PREFIX}.plan-key"]):
+        p = matching_build_plan(manifest, img.labels, backend, arch, prefer, local_tree)
+        if p is not None and p.tag in img.tags:
+            found.append((str(img.created or ""), p.tag, Found(img, p)))
     return max(found, key=lambda x: x[:2])[2] if found else None
 
 
@@ -134,7 +133,7 @@ def remember(record: dict[str, Any]) -> None:
     atomic_write_text(_record_path(record["image_id"]), json.dumps(record, indent=2) + "\n")
 
 
-def record_of(client: docker.DockerClient, found: Found, host: str) -> dict[str, Any]:
+def record_of(engine: Engine, found: Found, host: str) -> dict[str, Any]:
     """The build record of a found image (cached by image id; made from its labels the first time)."""
     path = _record_path(found.image.id)
     try:
@@ -149,31 +148,25 @@ def record_of(client: docker.DockerClient, found: Found, host: str) -> dict[str,
         "tag": found.tag,
         "image_id": found.image.id,
         "reused": True,
-        "built_at": found.image.attrs.get("Created"),
+        "built_at": found.image.created,
         "build_seconds": None,
         "host": host,
-        "server_version": version_of(client, found.tag),
-        "plan": found.plan.as_dict(),
+        "server_version": version_of(engine, found.tag),
+        "plan": found.build_plan.as_dict(),
     }
     schema.check("build", record, "build record")
     remember(record)
     return record
 
 
-def record(client: docker.DockerClient, manifest: Manifest, host: str, backend: str | None = None,
+def record(engine: Engine, manifest: Manifest, host: str, backend: str | None = None,
            prefer: str | None = None) -> dict[str, Any] | None:
     """The build record of the image that serves the manifest on this engine, or None when it holds none."""
-    found = find(client, manifest, backend, prefer=prefer)
-    return None if found is None else record_of(client, found, host)
+    found = find(engine, manifest, backend, prefer=prefer)
+    return None if found is None else record_of(engine, found, host)
 
 
-def version_of(client: docker.DockerClient, image: str) -> str:
+def version_of(engine: Engine, image: str) -> str:
     """What `llama-server --version` prints inside the image (it prints to stderr)."""
-    ctr = client.containers.create(image, ["llama-server", "--version"], network_mode="none",
-                                   labels={f"{LABEL_PREFIX}.role": "version"})
-    try:
-        ctr.start()
-        ctr.wait(timeout=120)
-        return ctr.logs(stdout=True, stderr=True).decode("utf-8", "replace").strip()
-    finally:
-        ctr.remove(force=True)
+    return engine.run_container(image, ["llama-server", "--version"], {f"{LABEL_PREFIX}.role": "version"},
+                                timeout=120).text.strip()

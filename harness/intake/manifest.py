@@ -193,7 +193,8 @@ class Task:
     id: str
     prompts: tuple[Prompt, ...]
     n_predict: int
-    probe: bool = False  # a perturbation probe: prompts[0] is the reference, the others its variants
+    #: A perturbation task: prompts[0] is the reference, the others its variants (a phrase added or removed).
+    perturbation: bool = False
 
     def prompt(self, prompt_id: str | None = None) -> str:
         return self.get_prompt(prompt_id).text()
@@ -233,6 +234,8 @@ class Manifest:
     request_timeout_s: float
     text: str = field(repr=False, compare=False, default="")
     confirm_rounds: int | None = None  # after a sweep: rounds of its best two combinations (None: the run's runs)
+    #: At most this many disturbed measurements are measured again per run (None: the kit's share of the plan).
+    retakes: int | None = None
 
     @property
     def folder(self) -> Path:
@@ -263,8 +266,7 @@ class Manifest:
         return sweep.at_level([s for s in self.strategies if s.spec_type == "none" and s.model == model], parallel)
 
     def baseline_for(self, strategy: Strategy) -> Strategy | None:
-        """The strategy a strategy's speedup is measured against: its own `baseline` (the member of that entry at
-        the strategy's concurrency level, else its first), else its target's at the same level."""
+        """Its speedup's control: its `baseline` entry at its level (else that entry's first), else its target's."""
         b = strategy.baseline
         return sweep.at_level([s for s in self.strategies if b in (s.family_id, s.id)], strategy.parallel) if b \
             else self.baseline(strategy.model, strategy.parallel)
@@ -371,7 +373,7 @@ class _Builder:
             endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
             runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
-            confirm_rounds=raw.get("confirm_rounds"))
+            confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"))
 
     def source(self) -> LlamaCppSource:
         lc = self.raw["llama_cpp"]
@@ -471,15 +473,9 @@ class _Builder:
 
     def strategies(self, models: dict[str, ModelFile]) -> tuple[Strategy, ...]:
         out: list[Strategy] = []
-        seen: dict[str, str] = {}
         for i, s in enumerate(self.raw["strategies"]):
-            fp = f"strategies[{i}]"
-            if s["id"] in seen:  # an entry's combinations are named after it: unique entries, unique names
-                raise self.fail(f"{fp}.id", f"duplicate id {s['id']!r} (also {seen[s['id']]})")
-            seen[s["id"]] = fp
-            self.check_models(fp, s, models)
-            args = tuple(s.get("args", ()))
-            self.check_flags(f"{fp}.args", args)
+            self.check_models(fp := f"strategies[{i}]", s, models)
+            self.check_flags(f"{fp}.args", args := tuple(s.get("args", ())))
             for e in sweep.entry(s, args, self.raw, f"{self.where}: {fp}", len(out)):  # sweeps and levels expanded
                 out.append(Strategy(e.id, s["spec_type"], s.get("draft"), args + sweep.sweep_args(e), s.get("label"),
                                     e.parallel, s.get("model", "target"), s.get("baseline"), s["id"], e.sweep))
@@ -519,10 +515,13 @@ class _Builder:
             if len(set(ids)) != len(ids):
                 dup = next(x for x in ids if ids.count(x) > 1)
                 raise self.fail(f"{fp}.prompts", f"two prompts have the id {dup!r}; give each an id")
-            if t.get("probe") and len(prompts) < 2:
-                raise self.fail(f"{fp}.probe", "a probe compares variants with its first prompt: give at least two "
-                                "prompts")
-            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get("probe", False))))
+            key = "perturbation" if "perturbation" in t else "probe"  # `probe` is the key's older name
+            if "perturbation" in t and "probe" in t and bool(t["probe"]) != bool(t["perturbation"]):
+                raise self.fail(f"{fp}.probe", "the older name of perturbation says otherwise: give one of them")
+            if t.get(key) and len(prompts) < 2:
+                raise self.fail(f"{fp}.{key}", "a perturbation task compares variants with its first prompt: give at "
+                                "least two prompts")
+            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
         return tuple(out)
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -130,9 +130,12 @@ def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], 
           before: int) -> list[Expanded]:
     """One schema-checked strategy entry of a manifest (its `args` already allowed; `before` strategies expanded
     ahead of it) as the strategies it stands for; ManifestError naming `where` and the field below the entry on the
-    first problem: slots given in args beside levels, a `baseline` that is no baseline entry, a sweep that cannot
-    be expanded, too many strategies in all."""
+    first problem: an id given before, slots given in args beside levels, a `baseline` that is no baseline entry, a
+    sweep that cannot be expanded, too many strategies in all."""
     try:
+        ids = [e["id"] for e in manifest["strategies"]]
+        if manifest["strategies"][ids.index(raw["id"])] is not raw:  # combinations are named after their entry
+            raise SweepError("id", f"duplicate id {raw['id']!r} (also strategies[{ids.index(raw['id'])}])")
         if levels(raw.get("parallel")) != [1] and {"--parallel", "-np"} & {flags.normalise(a)[0] for a in args}:
             raise SweepError("args", "give the number of slots with parallel, not --parallel in args")
         base = raw.get("baseline")

@@ -14,6 +14,7 @@ checked after every symlink, and must be regular files: nothing else is ever mou
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from harness import KitError
 from harness.files import display_path
@@ -56,17 +57,28 @@ def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
     return out
 
 
-def require_trusted(manifest: Manifest, trust_source: bool, only: str = "") -> None:
-    """Refuse, in one line naming the field and the flag, a build input the user has not vouched for (with
-    `only`, the fields under that prefix: `models.` for a task that only fetches models)."""
-    if trust_source:
-        return
+@dataclass(frozen=True)
+class Trusted:
+    """A loaded manifest with the user's trust decision on its build inputs: made once per task (`decide`), before
+    any engine or source is reached, and handed down the call chain; whatever holds one may build and run the
+    manifest without asking again."""
+
+    manifest: Manifest
+    #: The fields that needed --trust-source (empty when the manifest's inputs need no vouching).
+    vouched: tuple[str, ...] = ()
+
+
+def decide(manifest: Manifest, trust_source: bool, only: str = "") -> Trusted:
+    """The task's one trust decision: refuse, in one line naming the field and the flag, an input the user has not
+    vouched for; else the manifest, trusted. With `only`, the decision covers the fields under that prefix
+    (`models.` for a task that only fetches models), and the Trusted it returns is not one to build with."""
     found = [f for f in untrusted_fields(manifest) if f[0].startswith(only)]
-    if found:
+    if found and not trust_source:
         field, value, expected = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise KitError(f"{display_path(manifest.path)}: {field}: {redact_url(value)[:200]!r} is not {expected}; "
                        f"{_consequence(field)}: pass {TRUST_FLAG} if you trust it{more}")
+    return Trusted(manifest, tuple(f for f, _, _ in found))
 
 
 def _consequence(field: str) -> str:

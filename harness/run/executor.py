@@ -1,19 +1,19 @@
 """Executes a plan: hosts in parallel (one measurement at a time per host), records appended as they finish,
-progress, Ctrl-C and SIGTERM, leftovers removed, and resume (measurements already recorded are skipped)."""
+progress, Ctrl-C and SIGTERM, leftovers removed, resume (measurements already recorded are skipped), and retakes:
+a measurement that other work disturbed (harness/run/interference.py) is measured again at the end of its round,
+up to the run's cap, both records kept and the second marked `retake_of` the first."""
 
 from __future__ import annotations
 
 import itertools
+import random
 import signal
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any
-
-import docker.errors
-import paramiko
-import requests.exceptions
 
 from harness import KitError
 from harness.files import now_iso
@@ -22,9 +22,6 @@ from harness.hosts.engine import Engine
 from harness.run.plan import Planned
 from harness.run.protocol import Context
 from harness.store.rundir import RunDir
-
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError, EOFError,
-                 paramiko.SSHException)
 
 
 @contextmanager
@@ -61,6 +58,12 @@ class Progress:
         """A line for the terminal; failure reasons and warnings quote the server's log: escapes shown."""
         (self.bar.write if self.bar is not None else self.log)(console(msg))
 
+    def more(self, n: int) -> None:
+        """n measurements more than planned (retakes)."""
+        if self.bar is not None:
+            self.bar.total += n
+            self.bar.refresh()
+
     def warning(self, engine: Engine, w: dict[str, str]) -> None:
         key = (engine.name, w["kind"])
         if key not in self.warned:
@@ -84,15 +87,55 @@ class Progress:
             self.bar.close()
 
 
+class Retakes:
+    """Which disturbed measurements are measured again: at the end of their round, in an order shuffled with the
+    run's seed, each once, at most `cap` in the run (every host together). Built from the run's records, so a
+    resumed run retakes what an interruption left owed, and counts what it already retook."""
+
+    def __init__(self, cap: int, seed: int):
+        self.cap = cap
+        self.seed = seed
+        self.disturbed: dict[tuple[str, int], list[str]] = defaultdict(list)  # (host, round) -> first takes
+        self.taken: set[str] = set()  # measurement ids retaken, or being retaken
+        self.lock = threading.Lock()
+
+    def note(self, rec: dict[str, Any]) -> None:
+        """Learn from one record of the run (an old one read back, or a new one)."""
+        with self.lock:
+            if rec.get("retake_of"):
+                self.taken.add(rec["retake_of"])
+            elif rec["status"] == "ok" and (rec.get("interference") or {}).get("disturbed"):
+                self.disturbed[(rec["host"], rec["round"])].append(rec["measurement_id"])
+
+    def owed(self, host: str, items: list[Planned]) -> bool:
+        """Does any of these items' rounds still owe a retake the cap allows?"""
+        with self.lock:
+            rounds = {i.round for i in items}
+            return len(self.taken) < self.cap and any(m not in self.taken for (h, r), ids in self.disturbed.items()
+                                                      if h == host and r in rounds for m in ids)
+
+    def due(self, host: str, round_: int, items: list[Planned]) -> list[Planned]:
+        """The retakes a finished round owes, as many as the cap still allows; they count as taken from now."""
+        with self.lock:
+            by_id = {i.measurement_id: i for i in items}
+            ids = [m for m in self.disturbed[(host, round_)] if m not in self.taken and m in by_id]
+            random.Random(f"{self.seed}:{host}:{round_}:retakes").shuffle(ids)
+            ids = ids[:max(0, self.cap - len(self.taken))]
+            self.taken.update(ids)
+            return [by_id[m].retake() for m in ids]
+
+
 class Executor:
     """Runs planned measurements with a protocol on a set of engines, into one run folder.
 
     Long by design: the run's lifecycle (resume filter, hosts, interruption, leftovers) in short methods."""
 
     def __init__(self, ctx: Context, engines: list[Engine], protocol: Any, rd: RunDir, *,
-                 log: Callable[[str], None] = print, progress: bool = True):
+                 log: Callable[[str], None] = print, progress: bool = True, retake_cap: int = 0, seed: int = 0):
         self.ctx = ctx
         self.engines = {e.name: e for e in engines}
+        #: What means an engine or its connection was lost, on any of these engines: the run stops, resumable.
+        self.lost_errors = tuple(dict.fromkeys(t for e in engines for t in e.lost_errors))
         self.protocol = protocol
         self.rd = rd
         self.log = log
@@ -101,20 +144,32 @@ class Executor:
         self._stop = threading.Event()
         self._order = itertools.count()
         self._warned: set[tuple[str, str]] = set()  # once per run, across the rounds --until adds
+        #: Retakes only where the protocol measures each time in a container of its own.
+        self.retake_cap = retake_cap if getattr(protocol, "retakes", False) else 0
+        self.seed = seed
+        self._done: set[str] = set()
+        self._retakes = Retakes(self.retake_cap, seed)
 
     def execute(self, items: list[Planned]) -> dict[str, int]:
-        """Run every item not yet in the run folder. Returns counts (ok, failed, skipped)."""
-        done = self.rd.done_ids()
+        """Run every item not yet in the run folder, and the retakes its rounds owe. Returns counts: ok, failed and
+        skipped of the items, and the retakes made."""
+        known = self.rd.measurements()
+        done = self._done = {r["measurement_id"] for r in known}
+        self._retakes = Retakes(self.retake_cap, self.seed)
+        for rec in sorted(known, key=lambda r: r.get("order", 0)):
+            self._retakes.note(rec)
         todo = [p for p in items if p.measurement_id not in done]
-        counts = {"ok": 0, "failed": 0, "skipped": len(items) - len(todo)}
+        counts = {"ok": 0, "failed": 0, "skipped": len(items) - len(todo), "retakes": 0}
         if counts["skipped"]:
             self.log(f"resume: {counts['skipped']} of {len(items)} measurements already recorded; {len(todo)} to go")
         self._order = itertools.count(len(done))
         self._stop.clear()
         self.remove_leftovers(announce=True)
         by_host: dict[str, list[Planned]] = {}
-        for item in todo:
+        for item in items:
             by_host.setdefault(item.host, []).append(item)
+        by_host = {h: its for h, its in by_host.items()
+                   if any(i.measurement_id not in done for i in its) or self._retakes.owed(h, its)}
         progress = Progress(len(todo), self.show_progress, self.log, len(self.engines) > 1, self._warned)
         self.ctx.on_warning = progress.warning
         status = "complete"
@@ -128,7 +183,7 @@ class Executor:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
-        except ENGINE_ERRORS as e:
+        except self.lost_errors as e:
             status = "interrupted"
             raise KitError(f"lost the Docker engine mid-run ({type(e).__name__}: {str(e)[:200]}); finished "
                            f"measurements are saved: resume with `invoke run --resume {self.rd.run_id}`") from None
@@ -156,7 +211,7 @@ class Executor:
                     if announce:
                         self.log(f"{e.name}: removing {c.short_id} left by an earlier attempt of run {self.rd.run_id}")
                     e.remove(c)
-            except ENGINE_ERRORS:
+            except e.lost_errors:
                 flag = f" --host {e.name}" if e.name != "local" else ""
                 self.log(f"note: {e.name} did not answer; remove its leftovers later with `invoke clean --run-id "
                          f"{self.rd.run_id}{flag}`")
@@ -165,12 +220,33 @@ class Executor:
         with self._lock:
             rec["order"] = next(self._order)
             self.rd.append(rec)
-            counts[rec["status"]] += 1
+            counts["retakes" if "retake_of" in rec else rec["status"]] += 1
             progress.done(rec)
+        self._retakes.note(rec)
 
     def _run_host(self, host: str, items: list[Planned], counts: dict[str, int], progress: Progress) -> None:
-        self.protocol.run(self.ctx, self.engines[host], items, lambda rec: self._emit(rec, counts, progress),
-                          self._stop)
+        """A host's measurements in plan order; where retakes are on, round by round, each round followed by the
+        retakes of its disturbed measurements."""
+        engine = self.engines[host]
+
+        def run(these: list[Planned]) -> None:
+            self.protocol.run(self.ctx, engine, these, lambda rec: self._emit(rec, counts, progress), self._stop)
+
+        if not self.retake_cap:
+            run([i for i in items if i.measurement_id not in self._done])
+            return
+        for round_ in sorted({i.round for i in items}):
+            in_round = [i for i in items if i.round == round_]
+            run([i for i in in_round if i.measurement_id not in self._done])
+            if self._stop.is_set():
+                return
+            again = self._retakes.due(host, round_, in_round)
+            if again:
+                progress.more(len(again))
+                progress.say(f"{host}: round {round_}: other work disturbed {len(again)} measurement(s); measuring "
+                             f"{'it' if len(again) == 1 else 'them'} again ({len(self._retakes.taken)} of at most "
+                             f"{self.retake_cap} retakes in this run)")
+                run(again)
 
     def _run_hosts_parallel(self, by_host: dict[str, list[Planned]], counts: dict[str, int],
                             progress: Progress) -> None:

@@ -16,23 +16,24 @@ v1 `cpuacct.usage`) is subtracted, and so is this process's own CPU time when th
 capacity. Time stolen by a hypervisor (steal) is reported beside it and counts as interference too.
 
 The container's cgroup is read from the host's cgroup filesystem (its path found once per container in
-/proc/<pid>/cgroup, checked to name the container), else inside the container with `exec_run`; `bench/
+/proc/<pid>/cgroup, checked to name the container), else inside the container with `exec`; `bench/
 interference_cost.py` measures both. Reads are ordered so that the sampling work falls outside the window: the
 start sample reads the container and the extras first and /proc/stat last; the end sample reads /proc/stat first.
 
-GPU (where `nvidia-smi` answers): compute processes on the GPUs that are not the container's (its host pids from
-`docker top`), and the utilisation at both edges. Kept simple: nvidia-smi has no per-process time over a window, so
-any other compute process present at either edge counts.
+GPU (where `nvidia-smi` answers): compute processes on the GPUs that are not the container's (its host pids, as
+`docker top` lists them), and the utilisation at both edges. Kept simple: nvidia-smi has no per-process time over a
+window, so any other compute process present at either edge counts.
 
 CPU frequency (`scaling_cur_freq`) and thermal throttle counters are recorded where the host exposes them.
 
 A measurement is **disturbed** when other work used more than DISTURBED_CORES of one core on average over the
 window (others + steal), when a throttle counter rose, or when another compute process was on the GPU. The
-statistics (harness/analysis/stats.py) leave disturbed measurements out of every figure and name them in a warning; an
-adaptive run (`invoke run --until`) then measures more rounds. On a host where most measurements were disturbed
-(a shared machine busy throughout) they are kept instead, and the warning says the figures describe a busy
-machine. Nothing is down-weighted: a weight would need a model of how much a given disturbance slows a given
-server, which the kit does not have.
+executor (harness/run/executor.py) measures a disturbed measurement again at the end of its round, up to the run's
+cap of retakes, keeping both records; the statistics (harness/analysis/stats.py) leave disturbed measurements out of
+every figure and name them in a warning; an adaptive run (`invoke run --until`) then measures more rounds. On a host
+where most measurements were disturbed (a shared machine busy throughout) they are kept instead, and the warning
+says the figures describe a busy machine. Nothing is down-weighted: a weight would need a model of how much a given
+disturbance slows a given server, which the kit does not have.
 """
 
 from __future__ import annotations
@@ -170,13 +171,7 @@ def _container_usage(engine: Engine, container, caps: _HostCapabilities) -> tupl
         if len(caps.cgroup_file) > 256:
             caps.cgroup_file.clear()
         caps.cgroup_file[cid] = None
-        pid = (container.attrs.get("State") or {}).get("Pid")
-        if not pid:  # attrs taken before the start (containers.run) have no pid yet
-            try:
-                container.reload()
-                pid = (container.attrs.get("State") or {}).get("Pid")
-            except Exception:  # noqa: BLE001 - then the exec read below answers, or nothing does
-                pid = None
+        pid = engine.container_pid(container)
         proc = engine.read_host_file(f"/proc/{pid}/cgroup") if pid else None
         for path in cgroup_files(proc or "", cid):
             text = engine.read_host_file(path)
@@ -188,21 +183,9 @@ def _container_usage(engine: Engine, container, caps: _HostCapabilities) -> tupl
         parsed = parse_cgroup_usage(engine.read_host_file(path) or "")
         if parsed:
             return parsed[0], f"host {parsed[1]}"
-    try:
-        code, out = container.exec_run(_EXEC_CGROUP)
-    except Exception:  # noqa: BLE001 - a container that has gone has no usage to report
-        return None, None
-    parsed = parse_cgroup_usage(out.decode("utf-8", "replace")) if code == 0 else None
+    code, out = engine.exec_in(container, _EXEC_CGROUP)  # a container that has gone answers nothing
+    parsed = parse_cgroup_usage(out) if code == 0 else None
     return (parsed[0], f"exec {parsed[1]}") if parsed else (None, None)
-
-
-def _container_pids(container) -> set[int]:
-    try:
-        top = container.top()
-        col = top["Titles"].index("PID")
-        return {int(p[col]) for p in top["Processes"]}
-    except Exception:  # noqa: BLE001 - without the pids every GPU process counts as another's
-        return set()
 
 
 def _gpu(engine: Engine, container, caps: _HostCapabilities) -> tuple[list[dict[str, Any]] | None,
@@ -213,7 +196,7 @@ def _gpu(engine: Engine, container, caps: _HostCapabilities) -> tuple[list[dict[
     if code != 0:
         caps.gpu = code not in (127, 126)  # no nvidia-smi on this host: do not ask again
         return None, None
-    mine = _container_pids(container)
+    mine = engine.container_pids(container)  # without them every GPU process counts as another's
     others = [a for a in parse_gpu_apps(out) if a["pid"] not in mine]
     code, out = engine.run_host(_GPU_UTIL, timeout=10)
     util = [float(x) for x in out.split() if x.replace(".", "", 1).isdigit()] if code == 0 else None

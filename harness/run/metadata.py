@@ -51,7 +51,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
                                        s.label, s.parallel, s.family, s.sweep))
     tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
                                                           p.sha256 or file_sha256(p.path)) for p in t.prompts),
-                      t.probe) for t in manifest.tasks]
+                      t.perturbation) for t in manifest.tasks]
     hw = manifest.hardware
     sp = manifest.sampling
     return RunMeta(
@@ -65,6 +65,6 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
         models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
         build=build, environment=environment,
         plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
-                      plan.hosts, len(plan.items), aa_control, until, max_rounds,
+                      plan.hosts, len(plan.items), aa_control, until, max_rounds, retake_cap=plan.retake_cap,
                       confirm_rounds=confirm_rounds if plan.sweeps() else 0),
         bandwidth=bandwidth)

@@ -3,8 +3,9 @@ rounds in an order shuffled with a recorded seed, on each host. `invoke validate
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import KitError
@@ -18,6 +19,9 @@ from harness.models.generate import EMBED, FF, TARGET_LAYERS, check_size
 
 #: A plan larger than this is a mistake (a run of a few seconds per measurement would take weeks).
 MAX_MEASUREMENTS = 100_000
+#: At most this share of a plan's measurements is retaken when other work disturbed them, rounded down (a run of
+#: fewer than ten measurements takes none unless asked; `--retakes` overrides).
+RETAKE_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -39,12 +43,20 @@ class Planned:
     run_index: int
     round: int
     host: str
+    #: A retake: the measurement_id of the disturbed measurement it measures again (same cell, run and round).
+    retake_of: str | None = None
 
     @property
     def measurement_id(self) -> str:
+        if self.retake_of is not None:
+            return f"{self.retake_of}/retake"
         c = self.cell
         prompt = f"/{c.prompt.id}" if len(c.task.prompts) > 1 else ""
         return f"{self.host}/{c.strategy.id}/{c.task.id}{prompt}/{self.run_index}"
+
+    def retake(self) -> Planned:
+        """The same measurement again, marked as the retake of this one."""
+        return replace(self, retake_of=self.measurement_id)
 
 
 @dataclass
@@ -55,6 +67,8 @@ class Plan:
     shuffle_seed: int
     hosts: list[str]
     items: list[Planned] = field(default_factory=list)
+    #: At most this many disturbed measurements are measured again in the run (each at the end of its round).
+    retake_cap: int = 0
 
     @property
     def cells(self) -> list[Cell]:
@@ -136,8 +150,10 @@ def aa_twin(baseline: Strategy) -> Strategy:
 
 def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | None = None,
               tasks: list[str] | None = None, runs: int | None = None, shuffle_seed: int | None = None,
-              aa_control: bool = False) -> Plan:
-    """The plan for a manifest (or a subset of it) on the named hosts; with aa_control, each baseline twice."""
+              aa_control: bool = False, retakes: int | None = None) -> Plan:
+    """The plan for a manifest (or a subset of it) on the named hosts; with aa_control, each baseline twice.
+    `retakes` caps the disturbed measurements measured again (default: the manifest's, else RETAKE_SHARE of the
+    planned ones)."""
     strats, tks = select(manifest, strategies, tasks)
     if aa_control:
         ids = {s.id for s in manifest.strategies}
@@ -155,6 +171,8 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
     if total > MAX_MEASUREMENTS:
         raise KitError(f"the plan has {total:,} measurements; at most {MAX_MEASUREMENTS:,} (fewer runs or a subset)")
     plan.add_rounds(1, runs)
+    retakes = retakes if retakes is not None else manifest.retakes
+    plan.retake_cap = retakes if retakes is not None else math.floor(RETAKE_SHARE * len(plan.items))
     return plan
 
 

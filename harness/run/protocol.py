@@ -43,10 +43,13 @@ class Context:
 def new_record(ctx: Context, item: Planned, protocol: str) -> dict[str, Any]:
     """The identity of a measurement: which cell, which run, where, how."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
-    return {"format_version": FORMAT_VERSIONS["result"], "run_id": ctx.run_id, "measurement_id": item.measurement_id,
-            "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": t.id, "prompt": p.id,
-            "run_index": item.run_index, "round": item.round, "order": 0, "host": item.host, "protocol": protocol,
-            "started_at": now_iso(), "status": "ok"}
+    rec = {"format_version": FORMAT_VERSIONS["result"], "run_id": ctx.run_id, "measurement_id": item.measurement_id,
+           "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": t.id, "prompt": p.id,
+           "run_index": item.run_index, "round": item.round, "order": 0, "host": item.host, "protocol": protocol,
+           "started_at": now_iso(), "status": "ok"}
+    if item.retake_of is not None:
+        rec["retake_of"] = item.retake_of  # the disturbed record this one measures again; both are kept
+    return rec
 
 
 def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
@@ -88,6 +91,8 @@ class FreshContainer:
     """One new container per measurement: start, /health, one request, remove."""
 
     name = "fresh-container"
+    #: A disturbed measurement can be measured again in a container of its own (harness/run/executor.py).
+    retakes = True
 
     def run(self, ctx: Context, engine: Engine, items: list[Planned], emit: Emit, stop: threading.Event) -> None:
         for item in items:
@@ -134,6 +139,8 @@ class ReuseServer:
     """The naive protocol: one server per (host, strategy), every run of every task sent to it in round order."""
 
     name = "reuse-server"
+    #: No retakes: a second request to the same warmed server is not the same measurement again.
+    retakes = False
 
     def run(self, ctx: Context, engine: Engine, items: list[Planned], emit: Emit, stop: threading.Event) -> None:
         groups: dict[str, list[Planned]] = {}

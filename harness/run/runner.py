@@ -9,21 +9,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
 from harness import LABEL_PREFIX, KitError
 from harness.analysis import convergence as cv
 from harness.analysis import sweep, tuning
 from harness.analysis.records import CellIndex, CellKey
+from harness.files import display_path
 from harness.hosts import environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images, source
 from harness.intake import manifest as mf
-from harness.intake import trust
+from harness.intake.trust import Trusted
 from harness.models import ensure as models
 from harness.models import gguf_facts, preflight
-from harness.run import bandwidth as probe
-from harness.run import metadata
+from harness.run import bandwidth, metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan
@@ -35,23 +33,22 @@ from harness.store.rundir import RunDir, new_run_id
 DEFAULT_MAX_ROUNDS = 20
 
 
-def _resume(results_dir: Path, resume: str, manifest_path: Path) -> tuple[RunDir, runmeta.RunMeta, mf.Manifest]:
+def _resume(results_dir: Path, resume: str, manifest: mf.Manifest) -> tuple[RunDir, runmeta.RunMeta]:
     rd = RunDir.open(Path(resume) if Path(resume).is_dir() else Path(results_dir) / resume)
     meta = rd.read_meta()
-    manifest = mf.load(manifest_path)
     if manifest.sha256 != meta.manifest["sha256"]:
-        raise KitError(f"{manifest_path} changed since run {rd.run_id} started (sha256 {manifest.sha256[:12]} vs "
-                       f"{meta.manifest['sha256'][:12]}); resume with the same manifest")
-    return rd, meta, manifest
+        raise KitError(f"{display_path(manifest.path)} changed since run {rd.run_id} started (sha256 "
+                       f"{manifest.sha256[:12]} vs {meta.manifest['sha256'][:12]}); resume with the same manifest")
+    return rd, meta
 
 
-def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
-           log: Callable[[str], None], trust_source: bool = False) -> dict[str, Any]:
+def _image(trusted: Trusted, engines: list[Engine], build_missing: bool, log: Callable[[str], None]) -> dict[str, Any]:
     """The build record of the manifest's image, found on every engine by its identity (harness/image/images.py);
     built where it is missing unless `build_missing` is off."""
+    manifest = trusted.manifest
     records: dict[str, dict[str, Any]] = {}
     for e in engines:
-        rec = images.record(e.client, manifest, host=e.name)
+        rec = images.record(e, manifest, host=e.name)
         if rec is None:
             flag = "" if e.name == "local" else f" --host {e.name}"
             if not build_missing:
@@ -59,7 +56,7 @@ def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
                                f"run `invoke build --manifest {manifest.path}{flag}`, or drop --no-build")
             log(f"{e.name}: no image of this build yet; building it now, as `invoke build{flag}` would "
                 "(minutes the first time)")
-            rec = build.build(e, manifest, host=e.name, log=log, trust_source=trust_source)
+            rec = build.build(e, trusted, host=e.name, log=log)
         records[e.name] = rec
     tags = {r["tag"] for r in records.values()}
     if len(tags) > 1:
@@ -71,60 +68,61 @@ def _image(manifest: mf.Manifest, engines: list[Engine], build_missing: bool,
 
 def check_image(engines: list[Engine], record: dict[str, Any], log: Callable[[str], None]) -> None:
     for e in engines:
-        try:
-            img = e.client.images.get(record["tag"])
-        except docker.errors.ImageNotFound:
-            raise KitError(f"image {record['tag']} is not on {e.name}; run `invoke build` first") from None
+        img = e.image(record["tag"])
+        if img is None:
+            raise KitError(f"image {record['tag']} is not on {e.name}; run `invoke build` first")
         if img.id != record["image_id"]:
             log(f"note: {e.name} has {record['tag']} as {img.id[:19]}, the build record says "
                 f"{record['image_id'][:19]}; recording the engine's")
 
 
 def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] | None:
-    measured = [p for p in (probe.latest(manifest.name, e.name) for e in engines) if p]
+    measured = [p for p in (bandwidth.latest(manifest.name, e.name) for e in engines) if p]
     if not measured:
         return None
     m = measured[0]
     return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"]}
 
 
-def run(manifest_path: Path, *, results_dir: Path, models_dir: Path, resume: str | None = None,
+def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | None = None,
         run_id: str | None = None, strategies: list[str] | None = None, tasks: list[str] | None = None,
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
-        max_rounds: int | None = None, aa_control: bool = False, trust_source: bool = False,
-        build_missing: bool = True, extend: Extender | None = None) -> str:
-    """Run (or resume) a manifest's matrix; return a one-paragraph summary of where the results are.
+        max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
+        retakes: int | None = None, extend: Extender | None = None) -> str:
+    """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
     have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
-    the original is decided), up to `max_rounds`. The image runs code from the manifest's source: one that is not
-    the official llama.cpp source on the kit's images is refused unless `trust_source` (harness/intake/trust.py)."""
+    the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed are
+    measured again at the end of their round (default: the manifest's, else 10% of the planned ones; run.json
+    records the cap). The image runs code from the manifest's source: the task decided once whether it may
+    (harness/intake/trust.py), before any engine was reached."""
+    manifest = trusted.manifest
     meta = None
     if until is not None and not 0 < until < 1:
         raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
+    if retakes is not None and retakes < 0:
+        raise KitError(f"--retakes: expected 0 or more, got {retakes}")
     if resume:
-        rd, meta, manifest = _resume(results_dir, resume, manifest_path)
+        rd, meta = _resume(results_dir, resume, manifest)
         reuse_server = meta.protocol == "reuse-server"
         p = meta.plan
         own = {s.id for s in manifest.strategies}  # an A/A twin is re-made by aa_control
         strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         record = meta.build
-    else:
-        manifest = mf.load(manifest_path)
-    trust.require_trusted(manifest, trust_source)  # before any engine is reached
     engines = engines or [LocalEngine()]
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control)
+                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = models.ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
     local_preflight(manifest, plan, model_paths)  # a wrong file costs no build
     if meta is None:
-        record = _image(manifest, engines, build_missing, log, trust_source)
+        record = _image(trusted, engines, build_missing, log)
     for e in engines:
         require_ready(e, manifest, models_dir)
     if until is not None or extend is not None:
@@ -175,9 +173,10 @@ def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
     """The drafter flavours the image's llama.cpp knows (its label, read from the source at build time), or
     None when the image predates the label."""
     try:
-        label = engine.client.images.get(record["tag"]).labels.get(f"{LABEL_PREFIX}.spec-flavours")
-    except docker.errors.DockerException:
-        label = None
+        img = engine.image(record["tag"])
+    except engine.lost_errors:
+        img = None
+    label = None if img is None else img.labels.get(f"{LABEL_PREFIX}.spec-flavours")
     return None if label is None else {f for f in label.split(",") if f}
 
 
@@ -223,8 +222,9 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
-    executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress)
     meta = rd.read_meta()
+    executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
+                        seed=plan.shuffle_seed)
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
@@ -239,6 +239,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
+            + (f", {counts['retakes']} disturbed measurement(s) measured again" if counts["retakes"] else "")
             + f"; results in {rd.path}")
 
 
@@ -260,7 +261,7 @@ def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], 
         rd.update_meta(plan=meta.plan)
         log(f"{why}; round {last + 1} for {len(cells)} cell(s)")
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
-        for k in ("ok", "failed"):
+        for k in ("ok", "failed", "retakes"):
             counts[k] += more[k]
 
 
@@ -295,5 +296,5 @@ def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int],
                                        "combinations": list(dict.fromkeys(chosen))})
     rd.update_meta(plan=meta.plan)
     more = executor.execute(plan.add_rounds(first, last, {tuple(c) for c in cells}))
-    for k in ("ok", "failed"):
+    for k in ("ok", "failed", "retakes"):
         counts[k] += more[k]

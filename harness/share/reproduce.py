@@ -52,19 +52,19 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
             f"{console(manifest_path.name, 200)}")
     else:
         manifest_path = Path(source)
-    manifest = mf.load(manifest_path)
-    trust.require_trusted(manifest, trust_source)
+    trusted = trust.decide(mf.load(manifest_path), trust_source)  # once: the build and the run are handed it
+    manifest = trusted.manifest
     engines = engines or [LocalEngine()]  # an engine that does not answer is reported before any download
     models.ensure(manifest, models_dir, download=True, log=log)
     for e in engines:
-        rec = build.build(e, manifest, log=log, host=e.name, trust_source=trust_source)
+        rec = build.build(e, trusted, log=log, host=e.name)
         log(f"reproduce: image {rec['tag']} on {e.name} ({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
     extend = decided(original, margin) if until and original is not None else None
-    out = runner.run(manifest_path, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
+    out = runner.run(trusted, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,
-                     runs=plan.runs if plan else None, progress=progress, engines=engines, log=log,
-                     trust_source=trust_source, extend=extend, max_rounds=max_rounds)
+                     runs=plan.runs if plan else None, progress=progress, engines=engines, log=log, extend=extend,
+                     max_rounds=max_rounds)
     log(out)
     new = workdir / "results" / run_id
     result: dict[str, Any] = {"run": str(new), "original": str(original) if original else None}

@@ -59,9 +59,9 @@ class RunDir:
         results_dir = Path(results_dir)
         try:
             results_dir.mkdir(parents=True, exist_ok=True)
-            probe = results_dir / f".write-test-{os.getpid()}"
-            probe.write_text("ok")
-            probe.unlink()
+            write_test = results_dir / f".write-test-{os.getpid()}"
+            write_test.write_text("ok")
+            write_test.unlink()
         except OSError as e:
             raise KitError(f"results folder {results_dir} is not writable: {e.strerror or e}") from None
         free = shutil.disk_usage(results_dir).free

@@ -49,7 +49,7 @@ class TaskMeta:
     id: str
     n_predict: int
     prompts: tuple[PromptMeta, ...]
-    probe: bool = False
+    perturbation: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class PlanMeta:
     aa_control: bool = False
     until: float | None = None  # target relative half-width of every speedup interval (invoke run --until)
     max_rounds: int | None = None
+    #: At most this many disturbed measurements are measured again (None: a run made before retakes; none).
+    retake_cap: int | None = None
     #: Rounds added after the planned ones, each with the cells it runs ([host, strategy, task]), in order: by
     #: --until, or (with "purpose": "confirm") the confirmation of a sweep's best two combinations.
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
@@ -136,12 +138,12 @@ class RunMeta:
                                         "sweep": tuple(tuple(x) for x in s.get("sweep", ()))})
                         for s in obj["strategies"]],
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
-                            bool(t.get("probe", False))) for t in obj["tasks"]],
+                            bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
             models=obj["models"], build=obj["build"], environment=obj["environment"],
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
-                          max_rounds=obj["plan"].get("max_rounds"),
+                          max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", []),
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0)),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),

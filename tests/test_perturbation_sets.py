@@ -1,5 +1,5 @@
-"""Prompt sets and the perturbation probe with real containers on the tiny models: one cell per prompt, per-task
-figures over prompts and runs, and each probe variant compared with its reference prompt."""
+"""Prompt sets and a perturbation task with real containers on the tiny models: one cell per prompt, per-task
+figures over prompts and runs, and each variant compared with its reference prompt."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from harness.analysis import report as rp
 from harness.analysis.summary import summarize
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, single_stream, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
 
-def test_prompt_sets_and_probe_through_the_kit(tmp_path, demo_image, models_dir):
+def test_prompt_sets_and_perturbation_through_the_kit(tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
     raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
     raw["tasks"] = [
         {"id": "code", "n_predict": 48, "prompts": ["tasks/code-gen.md", "tasks/code-edit.md"]},
-        {"id": "probe", "n_predict": 48, "probe": True,
+        {"id": "varied", "n_predict": 48, "perturbation": True,
          "prompts": [{"id": "reference", "file": "tasks/en-prose.md"},
                      {"id": "no-outline", "file": "tasks/en-prose-probe-no-outline.md"}]},
     ]
@@ -32,13 +32,14 @@ def test_prompt_sets_and_probe_through_the_kit(tmp_path, demo_image, models_dir)
     shutil_copy = (ROOT / "manifests" / "tasks" / "en-prose-probe-no-outline.md").read_text()
     path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "sets.yaml")
     (tmp_path / "tasks" / "en-prose-probe-no-outline.md").write_text(shutil_copy)
-    out = runner.run(path, results_dir=tmp_path / "r", models_dir=models_dir, run_id="sets", seed=2,
-                     progress=False, log=lambda s: None)
+    # counted figures below: no retakes of disturbed measurements (tests/test_retakes.py has those)
+    out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="sets", seed=2,
+                     progress=False, log=lambda s: None, retakes=0)
     assert "16 ok, 0 failed" in out
     rd = RunDir.open(tmp_path / "r" / "sets")
     recs = rd.measurements()
     assert {(r["task"], r["prompt"]) for r in recs} == {("code", "code-gen"), ("code", "code-edit"),
-                                                        ("probe", "reference"), ("probe", "no-outline")}
+                                                        ("varied", "reference"), ("varied", "no-outline")}
     assert "local/ngram-mod/code/code-edit/2" in {r["measurement_id"] for r in recs}
     s = summarize(rd)
     code = next(c for c in s["cells"] if (c["strategy"], c["task"]) == ("ngram-mod", "code"))
@@ -54,4 +55,4 @@ def test_prompt_sets_and_probe_through_the_kit(tmp_path, demo_image, models_dir)
     assert "### Prompt sensitivity" in (tmp_path / "R.md").read_text()
     cli = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "sensitivity", str(rd.path)],
                          capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 0 and "probe: no-outline" in cli.stdout, cli.stderr
+    assert cli.returncode == 0 and "varied: no-outline" in cli.stdout, cli.stderr
