@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from harness import ROOT, KitError, schema
+from harness.analysis.report import render_run
 from harness.analysis.summary import summarize
 from harness.run import plan as pl
 from harness.store.rundir import RunDir
@@ -52,6 +53,11 @@ def test_the_statistics_still_read_a_run_with_retakes(world, models_dir):
     s = summarize(RunDir.open(world / "r" / "fake"))
     cell = next(c for c in s["cells"] if (c["strategy"], c["task"]) == ("ngram-mod", "json-out"))
     assert cell["runs_ok"] >= 2 and cell["speedup"] is not None
+    # the report states the cap and how many were retaken
+    assert s["measurements"]["retakes"] == 1
+    assert "at most 1 in this run (both records kept, the retake marked)" in s["rules"]["interference"]
+    rd = RunDir.open(world / "r" / "fake")
+    assert "1 disturbed measurement retaken)" in render_run(rd, s, world / "RESULTS.md", None)
 
 
 def test_the_retakes_of_a_round_come_in_an_order_shuffled_with_the_seed(world, models_dir):

@@ -104,7 +104,8 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     rows = [
         ("manifest", f"{fm.md(summary['manifest']['name'])} (sha256 {summary['manifest']['sha256'][:16]})"),
         ("run", f"{summary['run_id']} ({summary['status']}, {m['ok']} ok, {m['failed']} failed of {m['planned']} "
-                "planned)"),
+                "planned" + (f", {m['retakes']} disturbed measurement{'s' if m['retakes'] != 1 else ''} retaken"
+                             if m.get("retakes") else "") + ")"),
         ("hardware", f"{fm.md(hw['name'])}, {hw['memory_bandwidth_gbs']:g} GB/s ({fm.md(hw['bandwidth_source'])})"),
         ("hosts", fm.md("; ".join(hosts), 1000)),
         ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),

@@ -119,7 +119,8 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "interference": interference_summary(index, meta.plan.hosts),
         "rules": {"speedup": words.speedup_rule(),
                   "contamination": words.contamination_rule(),
-                  "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE)},
+                  "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE,
+                                                               meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
     } | tuning.summary(meta, index)

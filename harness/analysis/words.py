@@ -189,12 +189,19 @@ def contamination_rule() -> str:
             "the reuse-server protocol is always flagged naive")
 
 
-def interference_rule(disturbed_cores: float, busy_share: float) -> str:
+def interference_rule(disturbed_cores: float, busy_share: float, retake_cap: int | None = None) -> str:
+    """The interference rule, with the run's cap of retakes (None: a run made before retakes)."""
+    if retake_cap is None:
+        retaken = "this run predates retakes: disturbed measurements are"
+    elif retake_cap == 0:
+        retaken = "this run retook none (cap 0): disturbed measurements are"
+    else:
+        retaken = (f"disturbed measurements are retaken at the end of their round, shuffled, at most {retake_cap} in "
+                   "this run (both records kept, the retake marked), and the disturbed ones are")
     return (f"a measurement is disturbed when other work on the host used more than {disturbed_cores:g} of a core on "
-            "average during its timed request (or the CPU throttled, or another process used the GPU); disturbed "
-            "measurements are retaken at the end of their round where the run allows it and left out of every "
-            f"figure, unless more than {fm.pct(busy_share)} of a host's were disturbed: then they are kept and the "
-            "host is named as busy")
+            f"average during its timed request (or the CPU throttled, or another process used the GPU); {retaken} "
+            f"left out of every figure, unless more than {fm.pct(busy_share)} of a host's were disturbed: then they "
+            "are kept and the host is named as busy")
 
 
 def log_ratio_pct(x: float) -> str:
