@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from harness.analysis import checks, stats, words
+from harness.analysis import checks, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
@@ -123,7 +123,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                                                                meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
-    }
+    } | tuning.summary(meta, index)
 
 
 def _by_prompt_round(ms: list[Measurement]) -> dict[str, dict[int, Measurement]]:
