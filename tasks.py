@@ -176,7 +176,7 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
 
 @task(auto_shortflags=False, iterable=["host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
-    "backend": "cpu or cuda (default: the manifest's build.backend)",
+    "backend": "cpu, cuda or vulkan (default: the manifest's build.backend)",
     "force": "rebuild even when an image of the same source, flags and recipe exists",
     "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first, falling back)",
     "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
@@ -199,6 +199,8 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
+    if backend is not None and backend not in ("cpu", "cuda", "vulkan"):
+        raise KitError(f"--backend: {backend!r} is not one of ['cpu', 'cuda', 'vulkan']")
     # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     m = trusted.manifest
@@ -418,7 +420,7 @@ def compare(c, a, b, out=None, margin="5%"):
 
 @task(auto_shortflags=False, iterable=["host"], help={
     "manifest": "manifest YAML (default: the CPU demo); its image is used",
-    "size_mib": "array size in MiB (default: 256 per array on the CPU, 1024 on CUDA)",
+    "size_mib": "array size in MiB (default: 256 per array on the CPU and Vulkan, 1024 on CUDA)",
     **HOST_HELP,
 })
 @kit_errors
@@ -436,8 +438,9 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = pb.measure(eng, rec["tag"], rec["plan"]["backend"], m.name, int(size_mib) if size_mib else None)
-            print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}); the manifest says "
+            res = pb.probe_host(eng, m, rec, int(size_mib) if size_mib else None)
+            on = f" on {res['device']}" if res.get("device") else ""
+            print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}{on}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")
 
 

@@ -126,6 +126,7 @@ def interleaved(eng, image, demo, paths, args, server_args, llama_bench):
     out of the ratios."""
     import dataclasses
 
+    from harness.hosts.devices import Access
     from harness.run.client import request_body, stream_completion
     from harness.run.server import server_spec, wait_ready
 
@@ -135,7 +136,7 @@ def interleaved(eng, image, demo, paths, args, server_args, llama_bench):
 
     def start():
         port = eng.free_port()
-        spec = server_spec(manifest, manifest.baseline(), paths, image, port, "cpu")
+        spec = server_spec(manifest, manifest.baseline(), paths, image, port, Access("cpu"))
         ctr = eng.start_server(spec.image, spec.command, spec.mounts, {"specbench.role": "fidelity"})
         try:
             ep = eng.endpoint(port)

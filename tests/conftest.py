@@ -7,9 +7,11 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import ROOT, KitError
 from harness.image import build as bd
@@ -19,12 +21,14 @@ from harness.models import ensure as md
 from harness.models import generate
 
 DEMO = ROOT / "manifests" / "demo-cpu.yaml"
+VULKAN = ROOT / "manifests" / "demo-vulkan.yaml"
 SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
-DOCKER_FIXTURES = {"docker_client", "engine", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp"}
-IMAGE_FIXTURES = {"demo_image", "demo_run"}
+DOCKER_FIXTURES = {"docker_client", "engine", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp",
+                   "vulkan_image", "vulkan_run"}
+IMAGE_FIXTURES = {"demo_image", "demo_run", "vulkan_image", "vulkan_run"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -155,6 +159,57 @@ def demo_run(demo_image, models_dir, results_dir) -> Path:
     runner.run(trusted(DEMO), results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
                 progress=False, log=lambda s: None)
     return results_dir / "demo-run"
+
+
+@pytest.fixture(scope="session")
+def vulkan_image(engine) -> dict:
+    """The real Vulkan image of manifests/demo-vulkan.yaml, built from the pinned sdist on the trixie debootstrap
+    bases (reused when already built: its compile is the longest step of the suite)."""
+
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    return bd.build(engine, trusted(VULKAN), log=log)
+
+
+#: What the CI run of the Vulkan demo measures: the baseline, a drafter type and an n-gram type, on one task (each
+#: measurement on lavapipe costs seconds; the path is the point, not the figures).
+VULKAN_STRATEGIES = ["baseline", "draft-simple", "ngram-mod"]
+VULKAN_TASKS = ["json-out"]
+
+
+@pytest.fixture(scope="session")
+def vulkan_manifest(tmp_path_factory) -> mf.Manifest:
+    """The Vulkan demo under a name of the tests' own, so its measured bandwidth and build record are theirs."""
+    raw = yaml.safe_load(VULKAN.read_text())
+    raw["name"] = "demo-vulkan-tests"
+    return mf.load(write_manifest(tmp_path_factory.mktemp("vulkan"), yaml.safe_dump(raw, allow_unicode=True)))
+
+
+@pytest.fixture(scope="session")
+def vulkan_probe(vulkan_image, engine, vulkan_manifest) -> Iterator[dict]:
+    """`invoke probe` on the software device (a tensor copy through llama.cpp's Vulkan backend), before the run so
+    that its physics check uses the measured figure; the files it leaves in the kit's cache are removed after."""
+    from harness.image.source import CACHE
+    from harness.run import bandwidth
+
+    name = vulkan_manifest.name
+    try:
+        yield bandwidth.probe_host(engine, vulkan_manifest, vulkan_image, size_mib=64)
+    finally:
+        bandwidth._path(name, engine.name).unlink(missing_ok=True)
+        CACHE.joinpath("builds", f"{name}-vulkan-latest.json").unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def vulkan_run(vulkan_probe, vulkan_manifest, models_dir, results_dir) -> Path:
+    """A real run of the Vulkan demo on the software device (lavapipe), after the probe: three strategies, one task,
+    2 runs."""
+    from harness.run import runner
+
+    runner.run(trusted(vulkan_manifest), results_dir=results_dir, models_dir=models_dir, run_id="vulkan-run", runs=2,
+               seed=4321, strategies=VULKAN_STRATEGIES, tasks=VULKAN_TASKS, progress=False, log=lambda s: None)
+    return results_dir / "vulkan-run"
 
 
 def _free_port() -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness import LABEL_PREFIX, ROOT, KitError
+from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, EngineRefused, Finished, Image, Mount
 from harness.image import bases, recipe
 from harness.image.source import describe_source
@@ -134,7 +135,7 @@ class FakeEngine(Engine):
         raise KeyError(f"nothing recorded for {labels}")
 
     def start_server(self, image: str, command: list[str], mounts: list[Mount], labels: dict[str, str],
-                     gpu: bool = False, name: str | None = None) -> FakeContainer:
+                     access: Access | None = None, name: str | None = None) -> FakeContainer:
         if not any(image in i.tags or image == i.id for i in self.held.values()):
             raise KitError(f"image {image} is not on {self.name}; run `invoke build` first")
         key = (labels.get(f"{LABEL_PREFIX}.strategy", ""), labels.get(f"{LABEL_PREFIX}.task", ""),
@@ -221,7 +222,7 @@ class FakeEngine(Engine):
             self.containers.append(ctr)
         return ctr
 
-    def run_container(self, image: str, command: list[str], labels: dict[str, str], *, gpu: bool = False,
+    def run_container(self, image: str, command: list[str], labels: dict[str, str], *, access: Access | None = None,
                       entrypoint: list[str] | None = None, mounts: tuple[Mount, ...] = (),
                       timeout: float | None = None, cpu_shares: int | None = None) -> Finished:
         return Finished(0, "", VERSION)

@@ -158,7 +158,7 @@ def test_the_bandwidth_probe_reads_the_last_line_of_what_it_printed(world, backe
     eng.run_container = run_container
     rec = bandwidth.measure(eng, "img:1", backend, "demo-cpu")
     assert rec["gbs"] == gbs and rec["host"] == "local" and bandwidth.latest("demo-cpu", "local")["gbs"] == gbs
-    assert asked["gpu"] == (backend == "cuda") and asked["labels"] == {"specbench.role": "probe"}
+    assert asked["access"].gpu_request == (backend == "cuda") and asked["labels"] == {"specbench.role": "probe"}
     assert asked["command"][0] == ("specbench-probe-cuda" if backend == "cuda" else "specbench-probe")
 
 
@@ -176,7 +176,8 @@ def test_the_cuda_version_check_falls_back_to_no_gpu_and_names_the_missing_drive
     missing = ("llama-server: error while loading shared libraries: libcuda.so.1: cannot open shared object file: "
                "No such file or directory\n")
 
-    def run_container(image, command, labels, *, gpu=False, **kw):
+    def run_container(image, command, labels, *, access=None, **kw):
+        gpu = access is not None and access.gpu_request
         tried.append(gpu)
         if gpu:
             raise EngineRefused("could not select device driver \"\" with capabilities: [[gpu]]")

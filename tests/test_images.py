@@ -19,7 +19,8 @@ from tests.conftest import DEMO, SPARK, trusted, write_manifest
 def _labels(m: mf.Manifest, prefer: str | None = None, arch: str = "amd64", method: str = "debootstrap",
             backend: str | None = None) -> dict[str, str]:
     """The labels `invoke build` puts on the image of this manifest for an engine of `arch`."""
-    made = bases.images_for(arch, method) if (backend or m.build.backend) == "cpu" else None
+    b = backend or m.build.backend
+    made = bases.images_for(arch, method, b) if b in bases.BACKENDS else None
     return recipe.build_plan(m, sources.describe_source(m, prefer), backend, made, arch).labels
 
 
@@ -89,6 +90,25 @@ def test_git_source_matches_repo_and_ref_and_the_pinned_commit(tmp_path):
                                                                                                             "git")
 
 
+def test_vulkan_plan_is_its_own_image_on_trixie_bases():
+    demo = mf.load(DEMO)
+    tree = sources.describe_source(demo)
+    p = recipe.build_plan(demo, tree, "vulkan", bases.images_for("amd64", "debootstrap", "vulkan"), "amd64")
+    assert "-DGGML_VULKAN=ON" in p.cmake_args and "-DGGML_CUDA=ON" not in p.cmake_args
+    assert p.labels["specbench.backend"] == "vulkan" and p.build_args["BACKEND"] == "vulkan"
+    assert p.tag.startswith("specbench/llama-server:vulkan-b11434-")
+    assert p.base_image.startswith("specbench/base-vulkan-builder:trixie-amd64-")
+    assert p.runtime_image.startswith("specbench/base-vulkan-runtime:trixie-amd64-")
+    vk = _labels(demo, backend="vulkan")
+    assert images.matching_build_plan(demo, vk, "vulkan", "amd64").tag == p.tag
+    assert images.matching_build_plan(demo, vk, "cpu", "amd64") is None               # not the CPU image
+    assert images.matching_build_plan(demo, _labels(demo), "vulkan", "amd64") is None  # nor the other way round
+    # a Vulkan image on the CPU bases is not one the kit makes
+    assert images.matching_build_plan(demo, {**vk, "specbench.base-image": _labels(demo)["specbench.base-image"]},
+                                      "vulkan", "amd64") is None
+    assert recipe.build_plan(demo, tree, arch="amd64").tag != p.tag
+
+
 def test_spark_plan_carries_the_architecture():
     m = mf.load(SPARK)
     for arch in ("amd64", "arm64"):
@@ -102,8 +122,13 @@ def test_spark_plan_carries_the_architecture():
 def test_base_tags_name_architecture_and_method():
     tags = {bases.tag_for(role, arch, method) for role in bases.PACKAGES for arch in ("amd64", "arm64")
             for method in bases.METHODS}
-    assert len(tags) == 8
+    assert len(tags) == 4 * 2 * 2  # roles (cpu and vulkan builder, runtime) x architectures x methods
     assert bases.tag_for("builder", "arm64", "registry").startswith("specbench/base-builder:bookworm-arm64-registry-")
+    assert bases.tag_for("vulkan-runtime", "amd64").startswith("specbench/base-vulkan-runtime:trixie-amd64-")
+    # the CPU bases' tags do not depend on the Vulkan ones being there (engines keep their CPU bases)
+    assert bases.images_for("amd64", "debootstrap").builder == bases.tag_for("builder", "amd64")
+    assert bases.images_for("amd64", "debootstrap", "vulkan").runtime == bases.tag_for("vulkan-runtime", "amd64")
+    assert bases.debian_image("vulkan") == "debian:trixie" and bases.debian_image() == "debian:bookworm"
     assert bases.normalise_arch("x86_64") == "amd64" and bases.normalise_arch("aarch64") == "arm64"
 
 

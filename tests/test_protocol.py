@@ -9,6 +9,8 @@ from pathlib import Path
 import yaml
 
 from harness import schema
+from harness.hosts.devices import Access
+from harness.hosts.engine import container_options
 from harness.intake import manifest as mf
 from harness.run import plan as pl
 from harness.run.client import MeasurementFailed
@@ -27,8 +29,12 @@ def test_server_command_binds_loopback_and_mounts_only_its_models():
     assert cmd[cmd.index("--spec-type") + 1] == "draft-simple" and cmd.count("--spec-type") == 1
     assert cmd[-5:] == ["--host", "127.0.0.1", "--port", "4242", "--no-webui"]
     assert "--spec-draft-n-max" in cmd
-    spec = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, "cpu")
-    assert [m.container_path for m in spec.mounts] == ["/models/target/tiny-target.gguf"] and not spec.gpu
+    spec = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, Access("cpu"))
+    assert [m.container_path for m in spec.mounts] == ["/models/target/tiny-target.gguf"]
+    assert container_options(spec.access) == {} and "-lv" not in spec.command
+    # a GPU backend's server logs its load lines (device, layers, buffers), before the kit's own flags
+    gpu = server_spec(DEMO_M, DEMO_M.strategy("baseline"), PATHS, "img", 1, Access("vulkan"))
+    assert gpu.command[-7:] == ["-lv", "4", "--host", "127.0.0.1", "--port", "1", "--no-webui"]
 
 
 def test_strategy_on_its_own_target_and_parallel_slots(tmp_path):

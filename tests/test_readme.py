@@ -224,6 +224,36 @@ def _planned(manifest: Path, runs: int, tasks: list[str] | None = None) -> int:
     return len(plan.items) + plan.confirm_measurements(pl.confirm_rounds(m, runs), baselines)
 
 
+@pytest.mark.image
+def test_vulkan_block_as_written(clone, vulkan_image):
+    """The Vulkan section's commands: the image found by what it is, the doctor's device lines on the software
+    device, the probe through llama.cpp's Vulkan backend, a run of a drafter and an n-gram type beside the baseline
+    with every layer offloaded, and the report with its Devices section."""
+    if not clone.installed:
+        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
+        clone.installed = True
+    lines = readme_block("AMD and Intel GPUs (Strix Halo): the Vulkan backend")
+    assert lines[0].startswith("V=manifests/") and lines[-1].strip() == "invoke report"
+    manifest = lines[0].split("=", 1)[1]
+    before = set(clone.new_runs())
+    started = time.time()
+    build, doctor, probe, run, _ = (clone.run_ok(_command(ln), {"V": manifest}) for ln in lines[1:])
+    assert f"local: image {vulkan_image['tag']} " in build and "reused" in build  # found by what it is
+    assert "SOFTWARE device (Mesa lavapipe" in doctor and "FAIL" not in doctor
+    assert "ok   llama.cpp device: Vulkan 0 (GGML_VK_VISIBLE_DEVICES=0" in doctor
+    assert "(ggml-copy on Vulkan0 (llvmpipe" in probe
+    new = sorted(set(clone.new_runs()) - before)
+    assert len(new) == 1, new
+    recs = [json.loads(x) for x in (new[0] / "measurements.jsonl").read_text().splitlines()]
+    assert len(recs) == 3 and all(r["status"] == "ok" for r in recs), [r.get("failure") for r in recs]
+    assert all(r["device"]["models"][0]["device"] == "Vulkan0" for r in recs)
+    assert f"run {new[0].name}: 3 ok, 0 failed" in run
+    results = (clone.path / "RESULTS.md").read_text()
+    assert f"## Run {new[0].name}" in results and "### Devices: where the measurements ran" in results
+    assert "measured by `invoke probe` (ggml-copy on Vulkan0 (llvmpipe" in results
+    _no_kit_containers_left(new[0].name, started)
+
+
 def _inline_commands() -> list[str]:
     """Every command the README's prose shows in backticks (outside the ```sh blocks the tests above run)."""
     prose = re.sub(r"```.*?```", "", README.read_text(encoding="utf-8"), flags=re.S).replace("\n", " ")

@@ -117,6 +117,12 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"),
         ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
     ]
+    devices = [f"{h}: " + "; ".join(d["line"] for d in e["devices"]["devices"])
+               + (f" (llama.cpp told to use Vulkan {e['devices']['chosen']})" if e["devices"]["chosen"] is not None
+                  else "")
+               for h, e in meta.environment.items() if e.get("devices")]
+    if devices:  # GPU backends (records since the device facts): CPU runs' headers stay as they were
+        rows.insert(4, ("devices", fm.md(" | ".join(devices), 1000)))
     out = _table([list(r) for r in rows], ["", ""])
     models = [[fm.md(k), fm.md(v["file"]), fm.size(v["size_bytes"]), fm.md(v.get("quantization") or "-"),
                fm.code(v["sha256"])] for k, v in meta.models.items()]
@@ -277,6 +283,42 @@ def _physics(v: View) -> str:
                          "passes/s", "ceiling", "of roofline", "verdict"])
 
 
+def _devices(v: View, meta: RunMeta) -> str:
+    """GPU backends: which device ran each strategy's measurements, layers offloaded, device memory; and which
+    bandwidth the physics check used."""
+    rows, seen = [], set()
+    for c in v.s["cells"]:
+        d = c.get("device")
+        key = (c["host"], c["strategy"])
+        if d is None or key in seen:
+            continue
+        seen.add(key)
+        cells = [x["device"] for x in v.s["cells"] if (x["host"], x["strategy"]) == key and x.get("device")]
+        runs = sum(x["runs"] for x in cells)
+        without = sum(x["runs_without_device"] for x in cells)
+        mib = [x["device_mib"]["median"] for x in cells if x["device_mib"]["median"] is not None]
+        rows.append([v.label(*key), fm.md(", ".join(d["devices"]) or "none: ran on the CPU"),
+                     fm.md(d["target_layers"] or "-"), fm.md(d["draft_layers"] or "-"),
+                     fm.num(sorted(mib)[len(mib) // 2] if mib else None, 1),
+                     f"{runs - without}/{runs}"])
+    if not rows:
+        return ""
+    hosts = v.s["hosts"]
+    bw = meta.bandwidth or {}
+    lines = []
+    for h in hosts:
+        if bw.get("gbs") and bw.get("host") in (None, h):
+            on = f" on {fm.md(bw['device'])}" if bw.get("device") else ""
+            lines.append(f"- physics on {fm.md(h)}: {bw['gbs']:,.1f} GB/s measured by `invoke probe` "
+                         f"({fm.md(bw['kind'])}{on})")
+        else:
+            hw = v.s["hardware"]
+            lines.append(f"- physics on {fm.md(h)}: the manifest's {hw['memory_bandwidth_gbs']:g} GB/s "
+                         f"({fm.md(hw['bandwidth_source'])}); no `invoke probe` measurement of this host's device")
+    return "\n".join([_table(rows, ["strategy", "device (llama.cpp's name and description)", "target layers",
+                                    "draft layers", "device MiB (median)", "runs on it"]), ""] + lines)
+
+
 def _latency(v: View) -> str:
     rows = []
     for c in v.s["cells"]:
@@ -383,6 +425,11 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     conc = _concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
+    dev = _devices(v, meta)
+    if dev:
+        parts += ["### Devices: where the measurements ran (the server's load lines)", "",
+                  "Layers offloaded of the model's (target, then drafter), and the device buffers llama-server "
+                  "allocated (model, KV cache, compute) in MiB.", "", dev, ""]
     parts += ["### Prefill, time to first token, load, memory (medians)", "", _latency(v), ""]
     if summary["missing"] or summary["measurements"].get("torn_last_line"):
         parts += ["### Missing cells", ""]

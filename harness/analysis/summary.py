@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from harness.analysis import checks, stats, tuning, words
@@ -90,6 +91,9 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                                        meta.models[s.model]["size_bytes"], not s.speculative, bw_source,
                                        pb.as_dict() if pb else None, pb.rule() if pb else None)
                     cell["checks"]["physics"] = v.as_dict()
+                used = device_use([m.raw for m in index.of(key) if m.ok])
+                if used is not None:  # GPU backends only: CPU runs' summaries stay as they were
+                    cell["device"] = used
                 cells.append(cell)
         _determinism(cells, index, host, meta)
     _speculation(cells, index, meta)
@@ -124,6 +128,29 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
     } | tuning.summary(meta, index)
+
+
+def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Where a cell's measurements ran (GPU backends: the server's load lines, harness/run/serverlog.py): the
+    devices named, layers offloaded of the target's and of the drafter's (the commonest), device memory (MiB).
+    None when no record carries device facts (a CPU run); "devices": [] when llama.cpp named none (it ran on the
+    CPU)."""
+    with_facts = [r for r in recs if "device" in r]
+    if not with_facts:
+        return None
+    used = [r["device"] for r in with_facts if r["device"]]
+
+    def commonest(values: list[str]) -> str | None:
+        return max(set(values), key=values.count) if values else None
+
+    def layers(i: int) -> str | None:
+        return commonest([f"{m['layers_offloaded']}/{m['layers']}" for u in used if len(u["models"]) > i
+                          for m in [u["models"][i]] if m["layers"] is not None])
+
+    return {"devices": sorted({f"{m['device']} ({m['description']})" for u in used for m in u["models"]}),
+            "target_layers": layers(0), "draft_layers": layers(1),
+            "device_mib": describe([u["device_mib"] for u in used]), "runs": len(with_facts),
+            "runs_without_device": len(with_facts) - len(used)}
 
 
 def _by_prompt_round(ms: list[Measurement]) -> dict[str, dict[int, Measurement]]:

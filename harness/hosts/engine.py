@@ -14,13 +14,16 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import docker.errors
 import requests.exceptions
 
 import docker
 from harness import LABEL_PREFIX, KitError
+
+if TYPE_CHECKING:  # devices.py builds on this module
+    from harness.hosts.devices import Access
 
 DOCKER_HINT = ("start one: `dockerd --bridge=none --iptables=false &` (as root), or `sudo systemctl start docker`; "
                "or point DOCKER_HOST at a running engine")
@@ -126,8 +129,28 @@ def _image(img: Any) -> Image:
                  int(attrs.get("Size") or 0), attrs.get("Architecture"))
 
 
-def _gpus() -> list[docker.types.DeviceRequest]:
-    return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+def container_options(access: Access | None) -> dict[str, Any]:
+    """The Docker SDK's keyword arguments for what a container is given of its host (harness/hosts/devices.py
+    decides that per backend and host): a GPU device request, device nodes with their groups, environment, named
+    volumes (read-write). Nothing for None or a CPU backend's access."""
+    kw: dict[str, Any] = {}
+    if access is None:
+        return kw
+    if access.volumes:
+        kw["volumes"] = {v: {"bind": path, "mode": "rw"} for v, path in access.volumes}
+    if access.gpu_request:
+        kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if access.nodes:
+        kw["devices"] = [f"{n}:{n}:rwm" for n in access.nodes]
+    if access.groups:
+        kw["group_add"] = [str(g) for g in access.groups]
+    if access.environment:
+        kw["environment"] = dict(access.environment)
+    return kw
+
+
+def _read_only(mounts: list[Mount] | tuple[Mount, ...]) -> dict[str, dict[str, str]]:
+    return {str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}
 
 
 class Engine:
@@ -162,32 +185,32 @@ class Engine:
 
     # -- containers
     def start_server(self, image: str, command: list[str], mounts: list[Mount], labels: dict[str, str],
-                     gpu: bool = False, name: str | None = None) -> Container:
-        volumes = {str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}
-        kwargs: dict[str, Any] = {}
-        if gpu:
-            kwargs["device_requests"] = _gpus()
+                     access: Access | None = None, name: str | None = None) -> Container:
+        """Start a server container with its models mounted read-only and, for a GPU backend, its devices
+        (harness/hosts/devices.py: the same for every container of a run)."""
+        kwargs = container_options(access)
+        kwargs["volumes"] = {**kwargs.get("volumes", {}), **_read_only(mounts)}
         try:
-            return self.client.containers.run(image, command, detach=True, network_mode="host", volumes=volumes,
-                                              labels=labels, name=name, **kwargs)
+            return self.client.containers.run(image, command, detach=True, network_mode="host", labels=labels,
+                                              name=name, **kwargs)
         except docker.errors.ImageNotFound:
             raise KitError(f"image {image} is not on {self.name}; run `invoke build` first") from None
         except docker.errors.APIError as e:
             raise KitError(f"cannot start a container of {image} on {self.name}: {e.explanation or e}") from None
 
-    def run_container(self, image: str, command: list[str], labels: dict[str, str], *, gpu: bool = False,
+    def run_container(self, image: str, command: list[str], labels: dict[str, str], *, access: Access | None = None,
                       entrypoint: list[str] | None = None, mounts: tuple[Mount, ...] = (),
                       timeout: float | None = None, cpu_shares: int | None = None) -> Finished:
         """Run a one-off container without network to its end and return what it printed; it is removed
-        whatever happens. `timeout` bounds the wait for its end (the engine's client timeout when None);
-        `cpu_shares` is its CPU weight (1024 is normal)."""
-        kwargs: dict[str, Any] = {"device_requests": _gpus()} if gpu else {}
+        whatever happens. `access`: the devices it gets (as a run's servers do); `timeout` bounds the wait for its
+        end (the engine's client timeout when None); `cpu_shares` is its CPU weight (1024 is normal)."""
+        kwargs = container_options(access)
         if cpu_shares:
             kwargs["cpu_shares"] = cpu_shares
         if entrypoint is not None:
             kwargs["entrypoint"] = entrypoint
         if mounts:
-            kwargs["volumes"] = {str(m.host_path): {"bind": m.container_path, "mode": "ro"} for m in mounts}
+            kwargs["volumes"] = {**kwargs.get("volumes", {}), **_read_only(mounts)}
         try:
             ctr = self.client.containers.create(image, command, network_mode="none", labels=labels, **kwargs)
         except docker.errors.ImageNotFound:
@@ -217,7 +240,7 @@ class Engine:
         except Exception:  # noqa: BLE001 - a vanished container has no exit code
             return None
 
-    def logs(self, container: Container, tail: int = 30) -> str:
+    def logs(self, container: Container, tail: int | str = 30) -> str:
         try:
             return container.logs(tail=tail, stdout=True, stderr=True).decode("utf-8", "replace")
         except (docker.errors.APIError, requests.exceptions.RequestException):

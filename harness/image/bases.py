@@ -1,7 +1,8 @@
-"""Debian base images for the CPU backend, made for the target engine's architecture.
+"""Debian base images for the CPU and Vulkan backends, made for the target engine's architecture.
 
-Two ways to make them, tried in this order (`decide` is the pure decision, `ensure` carries it out):
-- registry: the engine pulls `debian:bookworm` (its own architecture) and adds the packages with apt
+The CPU bases are Debian bookworm; the Vulkan ones trixie (see SUITES). Two ways to make them, tried in this order
+(`decide` is the pure decision, `ensure` carries it out):
+- registry: the engine pulls `debian:<suite>` (its own architecture) and adds the packages with apt
   (docker/base/registry.Dockerfile);
 - debootstrap: a Debian root filesystem made with docker/base/make-rootfs.sh and imported into the engine, made on
   the engine's host itself over SSH when it has debootstrap, or on this machine when the architectures match.
@@ -32,6 +33,8 @@ SCRIPT = DOCKER / "base" / "make-rootfs.sh"
 REGISTRY_DOCKERFILE = DOCKER / "base" / "registry.Dockerfile"
 SUITE = "bookworm"
 DEBIAN_IMAGE = f"debian:{SUITE}"
+#: The backends whose bases are made from Debian here (CUDA's come from NVIDIA: harness/image/cuda_base.py).
+BACKENDS = ("cpu", "vulkan")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: What each base carries besides Debian's minimal system (the same list for both ways of making it).
@@ -39,7 +42,19 @@ PACKAGES = {
     "builder": ("build-essential", "cmake", "ca-certificates", "pkg-config"),
     # libgomp1: llama.cpp's CPU backend links OpenMP.
     "runtime": ("libgomp1", "ca-certificates"),
+    # glslc compiles ggml's shaders; ggml-vulkan's CMake asks for the Vulkan headers and SPIRV-Headers' config.
+    "vulkan-builder": ("build-essential", "cmake", "ca-certificates", "pkg-config", "glslc", "libvulkan-dev",
+                       "spirv-headers"),
+    # The Vulkan loader and Mesa's drivers: lavapipe (a software device on the CPU), RADV (AMD), ANV (Intel).
+    "vulkan-runtime": ("libgomp1", "ca-certificates", "libvulkan1", "mesa-vulkan-drivers"),
 }
+#: The Debian suite of each base. Vulkan's is trixie: its Mesa 25.0 drives current AMD/Intel GPUs (bookworm's 22.3
+#: predates RDNA 3.5, the Strix Halo GPU), and its glslc 2025.2 compiles the cooperative-matrix and integer-dot
+#: shaders b11434 uses on them (bookworm's glslc 2023.2 supports neither, measured: the backend would build
+#: without them).
+SUITES = {"builder": "bookworm", "runtime": "bookworm", "vulkan-builder": "trixie", "vulkan-runtime": "trixie"}
+#: The builder and runtime roles of each backend's bases.
+ROLES = {"cpu": ("builder", "runtime"), "vulkan": ("vulkan-builder", "vulkan-runtime")}
 METHODS = ("registry", "debootstrap")
 #: Docker's and uname's architecture names -> the names image tags use.
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
@@ -73,35 +88,43 @@ def engine_arch(engine: Engine) -> str:
     return normalise_arch(engine.architecture())
 
 
+def debian_image(backend: str = "cpu") -> str:
+    """The registry image a backend's bases start from where the engine can pull one (debian:<suite>)."""
+    return f"debian:{SUITES[ROLES[backend][0]]}"
+
+
 def _recipe_digest(role: str, method: str) -> str:
     recipe = SCRIPT if method == "debootstrap" else REGISTRY_DOCKERFILE
     h = hashlib.sha256(recipe.read_bytes())
-    h.update(("\0".join((SUITE, method, *PACKAGES[role]))).encode())
+    h.update(("\0".join((SUITES[role], method, *PACKAGES[role]))).encode())
     return h.hexdigest()[:12]
 
 
 def tag_for(role: str, arch: str | None = None, method: str = "debootstrap") -> str:
     """Image tag of a base: suite, architecture, way of making it and a digest of its recipe and packages."""
-    return f"{LABEL_PREFIX}/base-{role}:{SUITE}-{arch or local_arch()}-{method}-{_recipe_digest(role, method)}"
+    return (f"{LABEL_PREFIX}/base-{role}:{SUITES[role]}-{arch or local_arch()}-{method}-"
+            f"{_recipe_digest(role, method)}")
 
 
-def images_for(arch: str, method: str) -> BaseImages:
-    how = (f"{DEBIAN_IMAGE} from a registry plus apt packages" if method == "registry"
-           else "Debian made with debootstrap (no registry needed)")
-    return BaseImages(tag_for("builder", arch, method), tag_for("runtime", arch, method), f"{how}, for {arch}")
+def images_for(arch: str, method: str, backend: str = "cpu") -> BaseImages:
+    builder, runtime = ROLES[backend]
+    how = (f"{debian_image(backend)} from a registry plus apt packages" if method == "registry"
+           else f"Debian {SUITES[builder]} made with debootstrap (no registry needed)")
+    return BaseImages(tag_for(builder, arch, method), tag_for(runtime, arch, method), f"{how}, for {arch}")
 
 
-def candidates(arch: str) -> list[BaseImages]:
-    """Every pair of bases a CPU image for an engine of this architecture may be built on."""
-    return [images_for(arch, m) for m in METHODS]
+def candidates(arch: str, backend: str = "cpu") -> list[BaseImages]:
+    """Every pair of bases an image of this backend for an engine of this architecture may be built on."""
+    return [images_for(arch, m, backend) for m in METHODS]
 
 
-def planned(arch: str | None = None) -> BaseImages:
+def planned(arch: str | None = None, backend: str = "cpu") -> BaseImages:
     """The bases a plan names before any engine is asked (for `invoke build --plan`)."""
     arch = arch or local_arch()
-    b = images_for(arch, "debootstrap")
-    return BaseImages(b.builder, b.runtime, f"Debian bookworm bases for the engine's architecture (here {arch}): "
-                      f"{DEBIAN_IMAGE} + apt where the engine can pull it, else debootstrap (tags shown)")
+    b = images_for(arch, "debootstrap", backend)
+    suite = SUITES[ROLES[backend][0]]
+    return BaseImages(b.builder, b.runtime, f"Debian {suite} bases for the engine's architecture (here {arch}): "
+                      f"{debian_image(backend)} + apt where the engine can pull it, else debootstrap (tags shown)")
 
 
 # ---------------------------------------------------------------- the decision
@@ -117,7 +140,7 @@ class Decision:
 
 
 def decide(engine_arch: str, local_arch: str, registry: bool, debootstrap_host: bool, debootstrap_here: bool,
-           remote: bool, host: str = "the host") -> Decision:
+           remote: bool, host: str = "the host", debian: str = DEBIAN_IMAGE) -> Decision:
     """Choose how to make the bases for an engine. A pure function of what was found out about it.
 
     registry: the engine can pull debian:bookworm; debootstrap_host: the engine's host has debootstrap and may run
@@ -131,14 +154,14 @@ def decide(engine_arch: str, local_arch: str, registry: bool, debootstrap_host: 
         return Decision("debootstrap", "here")
     install = "`sudo apt-get install debootstrap`"
     if not remote:
-        return Decision(None, None, f"no registry answers for {DEBIAN_IMAGE} and this machine cannot run debootstrap "
+        return Decision(None, None, f"no registry answers for {debian} and this machine cannot run debootstrap "
                         f"(install it: {install}; it needs root or passwordless sudo), or let the Docker engine "
                         "reach a registry")
     if debootstrap_here:
         return Decision(None, None, f"{host}'s Docker engine is {engine_arch} and this machine is {local_arch}: a "
                         f"{local_arch} base made here would not run there; install debootstrap on {host} ({install}; "
-                        f"root or passwordless sudo) or let {host} pull {DEBIAN_IMAGE} from a registry")
-    return Decision(None, None, f"no registry answers for {DEBIAN_IMAGE} on {host}, and neither {host} nor this "
+                        f"root or passwordless sudo) or let {host} pull {debian} from a registry")
+    return Decision(None, None, f"no registry answers for {debian} on {host}, and neither {host} nor this "
                     f"machine can run debootstrap: install it on {host} ({install}; root or passwordless sudo) or "
                     f"let {host} reach a registry")
 
@@ -245,7 +268,8 @@ def make_here(engine: Engine, role: str, tag: str, mirror: str, log: Callable[[s
     with tempfile.TemporaryDirectory(prefix="specbench-base-") as tmp:
         tar = Path(tmp) / f"{role}.tar"
         try:
-            proc = subprocess.run([*sudo, "sh", str(SCRIPT), str(tar), mirror, SUITE, ",".join(PACKAGES[role])],
+            proc = subprocess.run([*sudo, "sh", str(SCRIPT), str(tar), mirror, SUITES[role],
+                                   ",".join(PACKAGES[role])],
                                   capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise KitError(f"base image {role}: debootstrap took over {DEBOOTSTRAP_TIMEOUT_S} s; is {mirror} "
@@ -270,7 +294,7 @@ def make_on_host(engine: Engine, role: str, tag: str, log: Callable[[str], None]
     sudo = 'if [ "$(id -u)" = 0 ]; then S=""; else S="sudo -n"; fi; '
     changes = " ".join(f"--change {q(c)}" for c in _import_changes(role))
     script = (f'{sudo}PATH="$PATH:/usr/sbin:/sbin"; $S sh {q(folder)}/make-rootfs.sh {q(folder)}/rootfs.tar '
-              f'{q(mirror)} {SUITE} {q(",".join(PACKAGES[role]))} >{q(folder)}/log 2>&1 '
+              f'{q(mirror)} {SUITES[role]} {q(",".join(PACKAGES[role]))} >{q(folder)}/log 2>&1 '
               f'&& docker import {changes} {q(folder)}/rootfs.tar {q(tag)} >/dev/null 2>>{q(folder)}/log; rc=$?; '
               f'[ $rc = 0 ] || tail -3 {q(folder)}/log; $S rm -rf {q(folder)}; exit $rc')
     code, out = engine.run_host(["sh", "-c", script], timeout=DEBOOTSTRAP_TIMEOUT_S)
@@ -280,8 +304,9 @@ def make_on_host(engine: Engine, role: str, tag: str, log: Callable[[str], None]
 
 
 def make_from_registry(engine: Engine, role: str, tag: str, log: Callable[[str], None],
-                       debian: str = DEBIAN_IMAGE) -> None:
-    """debian:bookworm plus the role's packages, built by the engine with network (apt)."""
+                       debian: str | None = None) -> None:
+    """debian:<the role's suite> plus the role's packages, built by the engine with network (apt)."""
+    debian = debian or f"debian:{SUITES[role]}"
     log(f"base: making {tag} from {debian} with apt (network)")
     ctx = io.BytesIO()
     with tarfile.open(fileobj=ctx, mode="w") as tf:
@@ -302,31 +327,35 @@ def make_from_registry(engine: Engine, role: str, tag: str, log: Callable[[str],
         raise KitError(f"base image {role} from {debian} failed: {e}") from None
 
 
-def existing(engine: Engine, arch: str) -> BaseImages | None:
-    """Bases of this architecture already on the engine (either way of making them), registry ones first."""
-    for b in candidates(arch):
+def existing(engine: Engine, arch: str, backend: str = "cpu") -> BaseImages | None:
+    """A backend's bases of this architecture already on the engine (either way of making them), registry ones
+    first."""
+    for b in candidates(arch, backend):
         if engine.image(b.builder) is not None and engine.image(b.runtime) is not None:
             return BaseImages(b.builder, b.runtime, f"{b.reason}, already on the engine")
     return None
 
 
-def ensure(engine: Engine, log: Callable[[str], None] = print, mirror: str | None = None) -> BaseImages:
-    """Bases for the engine's architecture: reused when there, else made the way `decide` picks, or one line
-    saying what is missing before anything is sent."""
+def ensure(engine: Engine, log: Callable[[str], None] = print, mirror: str | None = None,
+           backend: str = "cpu") -> BaseImages:
+    """A backend's bases for the engine's architecture: reused when there, else made the way `decide` picks, or
+    one line saying what is missing before anything is sent."""
     arch = engine_arch(engine)
-    have = existing(engine, arch)
+    have = existing(engine, arch, backend)
     if have is not None:
         return have
     remote = engine.remote
-    registry = registry_answers(engine, log=log)
+    debian = debian_image(backend)
+    registry = registry_answers(engine, debian, log=log)
     decision = decide(arch, local_arch(), registry,
                       debootstrap_host=remote and not registry and debootstrap_on_host(engine),
-                      debootstrap_here=not registry and debootstrap_here(), remote=remote, host=engine.name)
+                      debootstrap_here=not registry and debootstrap_here(), remote=remote, host=engine.name,
+                      debian=debian)
     if decision.problem:
         raise KitError(f"base images for {engine.name}: {decision.problem}")
-    want = images_for(arch, decision.method or "debootstrap")
+    want = images_for(arch, decision.method or "debootstrap", backend)
     made = []
-    for role, tag in (("builder", want.builder), ("runtime", want.runtime)):
+    for role, tag in zip(ROLES[backend], (want.builder, want.runtime), strict=True):
         if engine.image(tag) is not None:
             continue
         if decision.method == "registry":

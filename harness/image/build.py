@@ -16,8 +16,8 @@ from harness import KitError, schema
 from harness.files import atomic_write_text, safe_name
 from harness.formatter import console
 from harness.hosts.engine import Engine, EngineRefused, Image
-from harness.image import bases, cuda_base, cuda_image, images
-from harness.image.recipe import DOCKERFILE, PROBE_DIR, BuildPlan, build_plan
+from harness.image import bases, cuda_base, cuda_image, images, vulkan_image
+from harness.image.recipe import DEVICE_DIR, DOCKERFILE, PROBE_DIR, BuildPlan, build_plan
 from harness.image.source import CACHE, SourceTree, context_files, resolve_source
 from harness.intake.manifest import Manifest
 from harness.intake.trust import Trusted
@@ -25,7 +25,8 @@ from harness.schema import FORMAT_VERSIONS
 
 
 def write_context(source: SourceTree, out: io.BufferedIOBase) -> int:
-    """Write the build context (Dockerfile, probe/, llama.cpp/) as a tar stream; return the number of files."""
+    """Write the build context (Dockerfile, probe/, device/, llama.cpp/) as a tar stream; return the number of
+    files."""
 
     def normalise(ti: tarfile.TarInfo) -> tarfile.TarInfo:
         # Fixed owner and time: the same tree gives the same context bytes.
@@ -39,6 +40,8 @@ def write_context(source: SourceTree, out: io.BufferedIOBase) -> int:
         tf.add(DOCKERFILE, "Dockerfile", filter=normalise)
         for p in sorted(PROBE_DIR.iterdir()):
             tf.add(p, f"probe/{p.name}", filter=normalise)
+        for p in sorted(DEVICE_DIR.iterdir()):
+            tf.add(p, f"device/{p.name}", filter=normalise)
         for rel, full in context_files(source.path):
             tf.add(full, f"llama.cpp/{rel}", recursive=False, filter=normalise)
             n += 1
@@ -119,8 +122,8 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
             log(f"build: {found.tag} is on {host} already (same source, flags, backend, bases and recipe)")
             return images.record_of(engine, found, host)
     made = None
-    if backend == "cpu" and not manifest.build.base_image:
-        made = bases.ensure(engine, log)  # before the source is fetched or anything is sent
+    if backend in bases.BACKENDS and not manifest.build.base_image:
+        made = bases.ensure(engine, log, backend=backend)  # before the source is fetched or anything is sent
     elif backend == "cuda" and not manifest.build.base_image:
 
         made = cuda_base.ensure(engine, log) if offline_base else cuda_base.ensure_registry(engine, log)
@@ -132,8 +135,17 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
     started = time.monotonic()
     if not reused:
         existing = _docker_build(engine, p, source, force, jobs, log, cpu_shares)
-    cuda_checks = None
-    if backend == "cuda":
+    cuda_checks = vulkan_checks = None
+    if backend == "vulkan":
+        version = images.version_of(engine, p.tag)
+        if not reused:  # the backend loads and lists a device: on a host without a GPU, the software one
+            report = vulkan_image.inspect(engine, p.tag)
+            vulkan_checks = report.as_dict()
+            for line in report.lines():
+                log(f"build: Vulkan check: {line}")
+            if not report.ok:
+                raise KitError(f"build: the Vulkan image {p.tag} fails its check: {report.problems[0]}")
+    elif backend == "cuda":
 
         version = cuda_image.server_version(engine, p.tag)  # "no NVIDIA driver: ..." where the host has none
         if not reused:  # libraries resolve (but the driver's), cuBLAS is there: no GPU needed
@@ -153,6 +165,8 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
         "server_version": version,
         "plan": p.as_dict(),
     }
+    if vulkan_checks is not None:
+        record["vulkan_checks"] = vulkan_checks
     if cuda_checks is not None:
         record["cuda_checks"] = {k: cuda_checks[k] for k in ("ok", "problems", "size_bytes", "cuda_libraries")}
     schema.check("build", record, "build record")

@@ -81,11 +81,12 @@ def source_from_labels(manifest: Manifest, labels: dict[str, str], prefer: str |
 
 
 def bases_from_labels(manifest: Manifest, backend: str, labels: dict[str, str], arch: str) -> bases.BaseImages | None:
-    """The image's bases when they are ones made for this architecture (cpu backend, no bases in the manifest)."""
-    if backend != "cpu" or manifest.build.base_image:
+    """The image's bases when they are ones made for this architecture (a backend whose bases the kit makes, no
+    bases in the manifest)."""
+    if backend not in bases.BACKENDS or manifest.build.base_image:
         return None
     pair = (labels.get(f"{LABEL_PREFIX}.base-image"), labels.get(f"{LABEL_PREFIX}.runtime-image"))
-    return next((b for b in bases.candidates(arch) if (b.builder, b.runtime) == pair), None)
+    return next((b for b in bases.candidates(arch, backend) if (b.builder, b.runtime) == pair), None)
 
 
 def matching_build_plan(manifest: Manifest, labels: dict[str, str], backend: str, arch: str, prefer: str | None = None,
@@ -97,7 +98,7 @@ def matching_build_plan(manifest: Manifest, labels: dict[str, str], backend: str
     if tree is None:
         return None
     made = bases_from_labels(manifest, backend, labels, arch)
-    if backend == "cpu" and not manifest.build.base_image and made is None:
+    if backend in bases.BACKENDS and not manifest.build.base_image and made is None:
         return None  # bases of another architecture, or ones this kit does not make
     p = recipe.build_plan(manifest, tree, backend, made, arch)
     return p if p.labels[f"{LABEL_PREFIX}.plan-key"] == labels.get(f"{LABEL_PREFIX}.plan-key") else None

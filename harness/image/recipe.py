@@ -17,6 +17,8 @@ from harness.models import preflight
 
 DOCKERFILE = DOCKER / "Dockerfile"
 PROBE_DIR = DOCKER / "probe"
+#: Programs built after the compile step (the Vulkan device list, the ggml bandwidth probe).
+DEVICE_DIR = DOCKER / "device"
 CUDA_BASE = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
 CUDA_RUNTIME = "nvidia/cuda:13.0.1-runtime-ubuntu24.04"
 
@@ -59,6 +61,8 @@ class BuildPlan:
 
 def cmake_args(manifest: Manifest, backend: str, source: SourceTree) -> list[str]:
     args = list(COMMON_CMAKE)
+    if backend == "vulkan":
+        args += ["-DGGML_VULKAN=ON"]
     if backend == "cuda":
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={manifest.build.cuda_architectures}",
                  # libcuda.so comes from the driver at run time; link against the toolkit's stub.
@@ -72,6 +76,8 @@ def _recipe_sha256() -> str:
     h = hashlib.sha256(DOCKERFILE.read_bytes())
     for p in sorted(PROBE_DIR.iterdir()):
         h.update(p.name.encode() + p.read_bytes())
+    for p in sorted(DEVICE_DIR.iterdir()):
+        h.update(b"device/" + p.name.encode() + p.read_bytes())
     return h.hexdigest()
 
 
@@ -96,7 +102,7 @@ def build_plan(manifest: Manifest, source: SourceTree, backend: str | None = Non
         base_image, runtime_image = CUDA_BASE, CUDA_RUNTIME
         reason = "NVIDIA CUDA devel/runtime images (the toolkit cannot be made without a registry)"
     else:
-        made = made or bases.planned(arch)
+        made = made or bases.planned(arch, backend)
         base_image, runtime_image, reason = made.builder, made.runtime, made.reason
         registry_free = "-registry-" not in base_image
     flags = cmake_args(manifest, backend, source)

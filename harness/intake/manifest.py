@@ -7,8 +7,6 @@ llama-server flags pass an allow-list (harness/intake/flags.py)."""
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,6 +16,7 @@ from harness import KitError, schema
 from harness.files import display_path, file_sha256
 from harness.intake import flags, sweep
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
+from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
 
 #: Strategies of these types load a second model with -md.
@@ -35,6 +34,7 @@ class Hardware:
     memory_bandwidth_gbs: float
     bandwidth_source: str
     memory_gb: float | None = None
+    software_device: bool = False  # a software Vulkan device (lavapipe) on purpose: harness/hosts/devices.py
 
 
 @dataclass(frozen=True)
@@ -278,37 +278,6 @@ class Manifest:
         return [self.models[k] for k in dict.fromkeys(used)]
 
 
-def model_location(manifest: Manifest, model: ModelFile, models_dir: Path) -> Path:
-    """Where a model file is, or will be written: a plain name in the models folder, a path with a slash in the
-    manifest's folder. A file that is there is returned resolved, after checking that every symlink on the way
-    stays inside that folder and that it is a regular file (not a folder, FIFO or device); one line otherwise."""
-    slash = model.path is not None
-    root = Path(os.path.realpath(manifest.folder if slash else models_dir))
-    place = "the manifest's folder" if slash else "the models folder"
-    lexical = (manifest.folder / model.file) if slash else Path(models_dir) / model.file
-    field = f"{display_path(manifest.path)}: models.{model.key}.file"
-    if not os.path.lexists(lexical):
-        # Not there yet: the folders on the way must still resolve inside (it is written there).
-        if not Path(os.path.realpath(lexical)).is_relative_to(root):
-            raise KitError(f"{field}: {display_path(lexical)} would land outside {place} {display_path(root)} "
-                           "(a folder on the way is a symlink out of it)")
-        return lexical
-    try:
-        real = Path(os.path.realpath(lexical, strict=True))
-        mode = os.stat(real).st_mode
-    except (OSError, RuntimeError) as e:
-        raise KitError(f"{field}: {display_path(lexical)} cannot be resolved ({e.strerror or e}: a symlink loop "
-                       "or a link to nothing?)") from None
-    if not real.is_relative_to(root):
-        raise KitError(f"{field}: {display_path(lexical)} is a link to {real}, outside {place} {display_path(root)}; "
-                       "only files inside it are mounted (copy or hard-link the file there, or point --models-dir "
-                       "at its folder)")
-    if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise KitError(f"{field}: {display_path(lexical)} is {kind}, expected a regular model file")
-    return real
-
-
 def load(path: str | Path, *, check_files: bool = True) -> Manifest:
     """Load and validate a manifest; raise ManifestError with a one-line message on the first problem.
 
@@ -366,7 +335,7 @@ class _Builder:
         return Manifest(
             path=self.path, name=raw["name"], description=raw.get("description", ""),
             hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
-                              hw.get("memory_gb")),
+                              hw.get("memory_gb"), bool(hw.get("software_device"))),
             llama_cpp=self.source(), build=self.build_config(), models=models,
             server_args=server_args,
             sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
@@ -383,7 +352,6 @@ class _Builder:
             self.check_url("llama_cpp.git.repo", git.repo, local_ok=True)
         if sdist is not None:
             self.check_url("llama_cpp.sdist.index_url", sdist.index_url)
-        if sdist is not None:
             sub = PurePosixPath(sdist.subdir)
             if sub.is_absolute() or ".." in sub.parts or sdist.subdir in ("", "."):
                 raise self.fail("llama_cpp.sdist.subdir", f"{sdist.subdir!r}: expected a folder name inside the "

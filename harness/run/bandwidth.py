@@ -1,5 +1,6 @@
 """`invoke probe`: measure the memory bandwidth of a host inside the kit's image (STREAM-like triad on the CPU,
-a device-to-device copy on CUDA). The physics check uses the measured figure instead of the spec sheet."""
+a device-to-device copy on CUDA, a tensor copy through llama.cpp's own backend (ggml) on a Vulkan device). The
+physics check uses the measured figure instead of the spec sheet."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from harness import LABEL_PREFIX, KitError
 from harness.files import now_iso, safe_name
+from harness.hosts import devices
+from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
 from harness.image.source import CACHE
 
@@ -18,13 +21,17 @@ def _path(manifest_name: str, host: str) -> Path:
 
 
 def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_mib: int | None = None,
-        repetitions: int | None = None) -> dict[str, Any]:
-    """Run the probe in a container of `image` on the engine's host; save and return its record."""
+            repetitions: int | None = None, access: Access | None = None) -> dict[str, Any]:
+    """Run the probe in a container of `image` on the engine's host, with the devices a run's containers get
+    (harness/hosts/devices.py); save and return its record."""
     if backend == "cuda":
         cmd = ["specbench-probe-cuda", str(size_mib or 1024), str(repetitions or 20)]
+    elif backend == "vulkan":
+        cmd = ["specbench-probe-ggml", str(size_mib or 256), str(repetitions or 10)]
     else:
         cmd = ["specbench-probe", str(size_mib or 256), str(repetitions or 10)]
-    done = engine.run_container(image, cmd, {f"{LABEL_PREFIX}.role": "probe"}, gpu=backend == "cuda")
+    done = engine.run_container(image, cmd, {f"{LABEL_PREFIX}.role": "probe"},
+                                access=access or access_from_nodes(backend, []))
     if done.exit_code != 0:
         raise KitError(f"probe failed on {engine.name}: {done.stderr.strip()[-300:]}")
     line = done.stdout.strip().splitlines()[-1]
@@ -32,10 +39,25 @@ def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_m
     gbs = raw["triad_gbs"] if raw["kind"] == "cpu-stream" else raw["copy_gbs"]
     record = {"host": engine.name, "gbs": gbs, "kind": raw["kind"], "measured_at": now_iso(), "image": image,
               "raw": raw}
+    if raw.get("description"):  # the device llama.cpp's backend measured
+        record["device"] = f"{raw['device']} ({raw['description']})"
     p = _path(manifest_name, engine.name)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def probe_host(engine: Engine, manifest: Any, record: dict[str, Any], size_mib: int | None = None) -> dict[str, Any]:
+    """`invoke probe` on one host: the image of the build record, with the device a run would use (a GPU backend's
+    devices set up as for a run: harness/hosts/devices.py)."""
+    backend = record["plan"]["backend"]
+    acc = None
+    if backend in devices.GPU_BACKENDS:
+        s = devices.setup(engine, backend, record["tag"], manifest.hardware.software_device)
+        if s.problem:
+            raise KitError(f"{engine.name}: {s.problem}")
+        acc = s.access
+    return measure(engine, record["tag"], backend, manifest.name, size_mib, access=acc)
 
 
 def latest(manifest_name: str, host: str) -> dict[str, Any] | None:

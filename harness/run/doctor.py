@@ -8,6 +8,7 @@ from pathlib import Path
 from harness import KitError
 from harness.files import file_sha256
 from harness.formatter import console
+from harness.hosts import devices
 from harness.hosts.engine import Engine
 from harness.hosts.environment import nvidia_smi
 from harness.hosts.remote import SENT_FOLDER
@@ -31,7 +32,8 @@ class Item:
 
 
 def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool = True) -> list[Item]:
-    """Docker, GPU and driver, NVIDIA runtime, disk, model files and image on the engine's host.
+    """Docker, GPU and driver (CUDA: nvidia-smi and the NVIDIA runtime; Vulkan: the render nodes and the devices the
+    image sees, one line each), disk, model files and image on the engine's host.
 
     models=False skips hashing the model files (the run verifies them as it places them)."""
     items: list[Item] = []
@@ -39,17 +41,14 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     info = engine.info()
     items.append(Item("docker", True, f"engine {v.get('Version')} (API {v.get('ApiVersion')}) on "
                       f"{info.get('OperatingSystem')}, {info.get('NCPU')} CPUs"))
-    gpus = nvidia_smi(engine)
-    cuda = manifest.build.backend == "cuda"
-    if gpus:
-        items.append(Item("gpu", True, ", ".join(f"{g['name']} (driver {g['driver']})" for g in gpus)))
+    found = images.find(engine, manifest)
+    if manifest.build.backend == "vulkan":
+        items += vulkan_items(engine, manifest, found.tag if found else None)
     else:
-        why = "" if cuda else " (not needed: cpu backend)"
-        items.append(Item("gpu", not cuda, f"nvidia-smi not found or no GPU{why}",
-                          "install the NVIDIA driver on the host (nvidia-smi must list the GPU)", fatal=cuda))
+        items += nvidia_items(engine, manifest)
     runtimes = sorted((info.get("Runtimes") or {}).keys())
     has_nvidia = "nvidia" in runtimes or any("nvidia" in str(x) for x in info.get("CDISpecDirs") or [])
-    if cuda:
+    if manifest.build.backend == "cuda":
         said = "Docker has the NVIDIA runtime" if has_nvidia else "Docker has no NVIDIA runtime: containers get no GPU"
         items.append(Item("nvidia runtime", has_nvidia, f"{said} (runtimes: {', '.join(runtimes) or 'none'})",
                           "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker"))
@@ -101,7 +100,6 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
         free = int(out.splitlines()[1].split()[3]) * 1024
         items.append(Item("disk", free > need * 1.1, f"{free / 1e9:,.1f} GB free at {df_dir}, models need "
                           f"{need / 1e9:,.1f} GB more", "free disk space or choose another models folder"))
-    found = images.find(engine, manifest)
     if found is None:
         items.append(Item("image", False, "no image of this manifest's build (source, flags, backend, bases) here",
                           "invoke build" + ("" if engine.name == "local" else f" --host {engine.name}")
@@ -112,10 +110,47 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     return items
 
 
+def nvidia_items(engine: Engine, manifest: Manifest) -> list[Item]:
+    """The GPU as nvidia-smi on the host reports it (needed for the cuda backend), one line per device."""
+    gpus = devices.from_nvidia_smi(nvidia_smi(engine))
+    cuda = manifest.build.backend == "cuda"
+    if gpus:
+        return [Item("gpu", True, d.line()) for d in gpus]
+    why = "" if cuda else " (not needed: cpu backend)"
+    return [Item("gpu", not cuda, f"nvidia-smi not found or no GPU{why}",
+                 "install the NVIDIA driver on the host (nvidia-smi must list the GPU)", fatal=cuda)]
+
+
+def vulkan_items(engine: Engine, manifest: Manifest, image: str | None) -> list[Item]:
+    """The host's render nodes, every Vulkan device the image sees on it (one line each; a software one named as
+    such), and the device llama.cpp will use, or why none fits."""
+    acc = devices.access(engine, "vulkan")
+    software = manifest.hardware.software_device
+    items = [Item("render nodes", bool(acc.nodes) or software,
+                  f"containers get {acc.describe()}" if acc.nodes else "the host has no /dev/dri: containers see "
+                  "only software Vulkan devices" + (" (the manifest measures on one)" if software else ""),
+                  "install the GPU's kernel driver (amdgpu, i915/xe) so /dev/dri/renderD* exists", fatal=False)]
+    if image is None:
+        return items + [Item("vulkan devices", False, "no image yet to ask which devices it sees",
+                             "invoke build --backend vulkan", fatal=False)]
+    try:
+        found = devices.vulkan_devices(engine, image, acc)
+    except KitError as e:
+        return items + [Item("vulkan devices", False, str(e), "invoke build --backend vulkan --force")]
+    items += [Item("vulkan device", True, d.line()) for d in found]
+    index, problem = devices.choose(found, software)
+    if problem:
+        return items + [Item("llama.cpp device", False, problem,
+                             "sudo usermod -aG render,video $USER (then log in again), and check that "
+                             "/dev/dri/renderD* exists")]
+    used = (f"Vulkan {index} ({devices.VISIBLE_ENV}={index}: llama.cpp skips software devices unless told)"
+            if index is not None else "llama.cpp's own choice: " + ", ".join(
+                f"Vulkan {d.index}" for d in found if d.software is None))
+    return items + [Item("llama.cpp device", True, used)]
+
+
 def require_ready(engine: Engine, manifest: Manifest, local_models: Path) -> None:
     """The doctor's checks at the start of a run: any fatal item stops it, each named with its fix."""
-
-
     bad = [i for i in check(engine, manifest, local_models, models=False) if not i.ok and i.fatal]
     if bad:
         lines = "; ".join(f"{i.name}: {i.detail} (fix: {i.fix})" for i in bad)

@@ -4,15 +4,17 @@ whichever protocol made it; they differ only in which server a request goes to."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.files import now_iso
 from harness.hosts import environment
+from harness.hosts.devices import GPU_BACKENDS, Access, access_from_nodes
 from harness.hosts.engine import Engine
 from harness.run import interference, serverlog
 from harness.run.client import MeasurementFailed, run_request
@@ -35,6 +37,12 @@ class Context:
     backend: str
     paths_by_host: dict[str, dict[str, Path]]
     on_warning: Callable[[Engine, dict[str, str]], None]
+    #: What each host's containers get (harness/hosts/devices.py); a host missing here gets none.
+    access: dict[str, Access] = field(default_factory=dict)
+
+    def access_on(self, engine: Engine) -> Access:
+        """The devices a container of this run gets on the engine's host."""
+        return self.access.get(engine.name) or access_from_nodes(self.backend, [])
 
 
 # ---------------------------------------------------------------- the record
@@ -77,11 +85,42 @@ def server_statistics(server: Server) -> dict[str, Any]:
     return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
 
 
+def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
+    """For a GPU backend, what the server's load lines say: the device each model went to, the layers offloaded,
+    the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
+    if ctx.backend not in GPU_BACKENDS:
+        return None
+    return serverlog.devices(server.log(tail="all"))
+
+
 def quiet(ctx: Context, engine: Engine) -> dict[str, Any]:
     q = environment.quiet_check(engine, ctx.run_id)
     for w in q["warnings"]:
         ctx.on_warning(engine, w)
     return q
+
+
+def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task: Any,
+                      log: Callable[[str], None]) -> None:
+    """Vulkan: one short untimed request per strategy, each in a container of its own, before the first
+    measurement on a host, so the driver's shader cache (a volume, harness/hosts/devices.py) holds the pipelines
+    the measurements use. A GPU host's driver keeps that cache on disk between runs; without this the first
+    measurement of each strategy would time shader compiles. Nothing is recorded; a failure here is left for the
+    measurement itself to record."""
+    short = dataclasses.replace(task, n_predict=min(task.n_predict, 32))
+    for s in strategies:
+        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.access_on(engine),
+                        labels_for(ctx.run_id, s, None, None))
+        t0 = time.monotonic()
+        try:
+            with server:
+                run_request(ctx.manifest, short, server.endpoint, task.prompts[0].text(), with_probs=False)
+            log(f"{engine.name}: shader cache warmed for {s.id} ({time.monotonic() - t0:.0f} s, untimed)")
+        except MeasurementFailed as e:
+            if server.container is not None:  # a server that never got ready is not removed by its `with`
+                engine.remove(server.container)
+            log(f"{engine.name}: warming the shader cache for {s.id} failed ({e.reason}); the measurements "
+                "will say why")
 
 
 # ---------------------------------------------------------------- the protocols
@@ -106,7 +145,7 @@ class FreshContainer:
         s, t = item.cell.strategy, item.cell.task
         rec = new_record(ctx, item, self.name)
         rec["quiet"] = quiet(ctx, engine)
-        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.backend,
+        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.access_on(engine),
                         labels_for(ctx.run_id, s, t, item.run_index))
         rec["server_command"] = server.spec.command
         try:
@@ -118,6 +157,8 @@ class FreshContainer:
                 rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
                 rec["server_log"] = server_statistics(server)
+                if ctx.backend in GPU_BACKENDS:
+                    rec["device"] = device_use(ctx, server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
                                  "request_s": rec["client"]["request_s"],
                                  "probs_s": round(t_done - t_ready - rec["client"]["request_s"], 6)}
@@ -153,11 +194,12 @@ class ReuseServer:
 
     def _group(self, ctx: Context, engine: Engine, group: list[Planned], emit: Emit, stop: threading.Event) -> None:
         strategy = group[0].cell.strategy
-        server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image, ctx.backend,
-                        labels_for(ctx.run_id, strategy, None, None))
+        server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image,
+                        ctx.access_on(engine), labels_for(ctx.run_id, strategy, None, None))
         emitted = 0
         try:
             with server:
+                used = device_use(ctx, server)
                 for item in group:
                     if stop.is_set():
                         return
@@ -171,6 +213,8 @@ class ReuseServer:
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
                         rec["server_log"] = server_statistics(server)
+                        if ctx.backend in GPU_BACKENDS:
+                            rec["device"] = used
                     except MeasurementFailed as e:
                         set_failure(rec, e)
                     rec["wall_s"] = round(time.monotonic() - t0, 6)

@@ -14,7 +14,7 @@ from harness.analysis import convergence as cv
 from harness.analysis import sweep, tuning
 from harness.analysis.records import CellIndex, CellKey
 from harness.files import display_path
-from harness.hosts import environment
+from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images, source
 from harness.intake import manifest as mf
@@ -25,7 +25,7 @@ from harness.run import bandwidth, metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan
-from harness.run.protocol import PROTOCOLS, Context
+from harness.run.protocol import PROTOCOLS, Context, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
 
@@ -81,7 +81,8 @@ def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] |
     if not measured:
         return None
     m = measured[0]
-    return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"]}
+    return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"],
+            **({"device": m["device"]} if m.get("device") else {})}
 
 
 def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | None = None,
@@ -130,21 +131,22 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
     check_image(engines, record, log)
+    setups = device_setups(manifest, engines, record)
     paths_by_host = {e.name: e.place_models(model_paths, log) for e in engines}
     check_model_files(plan, engines, paths_by_host, record)
     protocol = PROTOCOLS["reuse-server" if reuse_server else "fresh-container"]()
     if meta is None:
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
-                               {e.name: environment.facts(e, record["tag"]) for e in engines},
+                               {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control,
                                confirm_rounds(manifest, plan.runs))
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     if extend is None and until is not None:
         extend = converge(until)
-    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress, extend,
-                    max_rounds or DEFAULT_MAX_ROUNDS)
+    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress,
+                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS)
 
 
 #: Decides a run's next round after its planned ones: the cells to run and a line saying why, or None when done
@@ -167,6 +169,27 @@ def converge(target: float) -> Extender:
         return conv.to_run, (f"until ±{target:.0%}: {len(conv.pending)} cell(s) not converged after {last} rounds: "
                              f"{open_cells}")
     return decide
+
+
+def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str, Any]) -> dict[str, devices.Setup]:
+    """Each host's devices for the image's backend (harness/hosts/devices.py); a host where no device fits (a
+    Vulkan image that sees only a software device, unless the manifest measures on one) stops the run here."""
+    backend = record["plan"]["backend"]
+    setups = {}
+    for e in engines:
+        s = devices.setup(e, backend, record["tag"], manifest.hardware.software_device)
+        if s.problem:
+            raise KitError(f"{e.name}: {s.problem}")
+        setups[e.name] = s
+    return setups
+
+
+def host_facts(engine: Engine, image: str, setup: devices.Setup) -> dict[str, Any]:
+    """The host's facts (harness/hosts/environment.py) and, for a GPU backend, its devices."""
+    out = environment.facts(engine, image)
+    if setup.access.backend in devices.GPU_BACKENDS:
+        out["devices"] = setup.facts()
+    return out
 
 
 def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
@@ -217,8 +240,10 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
-             progress: bool, extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS) -> str:
-    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None)
+             progress: bool, access: dict[str, devices.Access], extend: Extender | None = None,
+             cap: int = DEFAULT_MAX_ROUNDS) -> str:
+    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
+                  access)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
@@ -228,6 +253,9 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
+        if ctx.backend == "vulkan":
+            for e in engines:
+                warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
         confirmed = meta.plan.confirm_from() is not None  # decided before an interruption: replayed above
         if extend is not None and not confirmed:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness.hosts.devices import GPU_BACKENDS, Access
 from harness.hosts.engine import Endpoint, Engine, Mount
 from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
@@ -17,6 +18,9 @@ from harness.run import serverlog
 from harness.run.client import MeasurementFailed, get_status
 
 MODELS_MOUNT = "/models"
+#: GPU backends' servers log at trace level: llama.cpp's load lines (the device each model went to, layers
+#: offloaded, device buffers) are there; the extra lines are per request, not per token.
+GPU_LOG_FLAGS = ["-lv", "4"]
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
 #: After a failed request, how long to wait for a dying container to be reported exited.
@@ -25,12 +29,12 @@ EXIT_GRACE_S = 2.0
 
 @dataclass
 class ServerSpec:
-    """What one server container runs: the image, the strategy's command line and the model files."""
+    """What one server container runs: the image, the strategy's command line, the model files and the devices."""
 
     image: str
     command: list[str]
     mounts: list[Mount]
-    gpu: bool
+    access: Access
 
 
 def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path], port: int) -> list[str]:
@@ -53,10 +57,15 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
 
 
 def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path], image: str, port: int,
-                backend: str) -> ServerSpec:
+                access: Access) -> ServerSpec:
+    """The container of one strategy: its command line, its model files mounted one by one, its devices."""
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
-    return ServerSpec(image, server_command(manifest, strategy, model_paths, port), mounts, backend == "cuda")
+    cmd = server_command(manifest, strategy, model_paths, port)
+    if access.backend in GPU_BACKENDS:
+        at = cmd.index("--host")
+        cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]
+    return ServerSpec(image, cmd, mounts, access)
 
 
 def labels_for(run_id: str, strategy: Strategy, task: Task | None, run_index: int | None) -> dict[str, str]:
@@ -118,12 +127,12 @@ class Server:
     """A llama-server container for one strategy, started, readied and always removed (use as a context)."""
 
     def __init__(self, engine: Engine, manifest: Manifest, strategy: Strategy, model_paths: dict[str, Path],
-                 image: str, backend: str, labels: dict[str, str]):
+                 image: str, access: Access, labels: dict[str, str]):
         self.engine = engine
         self.manifest = manifest
         self.strategy = strategy
         self.port = engine.free_port()
-        self.spec = server_spec(manifest, strategy, model_paths, image, self.port, backend)
+        self.spec = server_spec(manifest, strategy, model_paths, image, self.port, access)
         self.labels = labels
         self.container = None
         self.endpoint: Endpoint | None = None
@@ -135,7 +144,7 @@ class Server:
         t0 = time.monotonic()
         try:
             self.container = self.engine.start_server(self.spec.image, self.spec.command, self.spec.mounts,
-                                                      self.labels, self.spec.gpu)
+                                                      self.labels, self.spec.access)
         except KitError as e:
             raise MeasurementFailed(str(e), phase="start") from None
         t1 = time.monotonic()
@@ -166,7 +175,8 @@ class Server:
                 "speculative": [x.get("speculative") if isinstance(x.get("speculative"), bool) else None
                                 for x in slots], "n_ctx": n_ctx}
 
-    def log(self, tail: int = LOG_TAIL_LINES) -> str:
+    def log(self, tail: int | str = LOG_TAIL_LINES) -> str:
+        """The container's log, its last `tail` lines ("all": the whole log)."""
         return self.engine.logs(self.container, tail) if self.container is not None else ""
 
     def check_alive(self, reason: str) -> MeasurementFailed:

@@ -20,6 +20,11 @@ statistics.
   lines said (n_max, n_min, p_min, block_size, mask_token_id, n_extract, sample_from_anchor, ...).
 - `timings`: prompt_ms, prompt_tokens, eval_ms, eval_tokens (the slot's print_timing).
 - `requests`: how many requests printed timings. With several, the other fields are the last request's.
+
+`devices(log)` reads the load lines instead (they come first: read the whole log), the same for every backend:
+which device each model was put on (`using device Vulkan0 (llvmpipe (LLVM 19.1.7, 256 bits)) (unknown id) - 2048
+MiB free`), how many layers went there (`offloaded 5/5 layers to GPU`), and the buffers the server allocated on
+each device (model, KV cache, recurrent state, compute), in load order: the target first, then its drafter.
 """
 
 from __future__ import annotations
@@ -46,6 +51,11 @@ _IMPL = re.compile(r"adding speculative implementation '([\w-]+)'")
 _PARAM = re.compile(r"(\w+)=([^\s,]+)")
 _PROMPT = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 _EVAL = re.compile(r"\|\s+eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+_USING = re.compile(r"using device (\S+) \((.*)\) \((.*)\) - (\d+) MiB free")
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_BUFFER = re.compile(r"^\s*\w+:\s+(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
+#: Buffer names that are host memory, whatever the backend (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host, Vulkan_Host).
+_HOST_BUFFER = re.compile(r"^CPU|_Host$")
 
 
 def _number(s: str) -> int | float | str:
@@ -85,6 +95,39 @@ def failure(lines: list[str]) -> tuple[str | None, str | None]:
         if m and generic is None:
             generic = m.group(1).strip()
     return generic, None
+
+
+def devices(log: str | bytes) -> dict[str, Any] | None:
+    """What the server's load lines say about devices (see the module docstring), or None when they name no device
+    (a CPU build, or a log that lost its first lines).
+
+    Returns {"models": [{"device", "description", "free_mib", "layers_offloaded", "layers", "buffers_mib"}...] in
+    load order, "device_buffers_mib": {device: {kind: MiB}}, "device_mib": total MiB on devices}."""
+    text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else log
+    models: list[dict[str, Any]] = []
+    on_device: dict[str, dict[str, float]] = {}
+    for raw in text.splitlines():
+        line = _PREFIX.sub("", raw)
+        m = _USING.search(line)
+        if m:
+            models.append({"device": m.group(1), "description": m.group(2), "free_mib": int(m.group(4)),
+                           "layers_offloaded": None, "layers": None, "buffers_mib": {}})
+            continue
+        m = _OFFLOADED.search(line)
+        if m and models:
+            models[-1]["layers_offloaded"], models[-1]["layers"] = int(m.group(1)), int(m.group(2))
+            continue
+        m = _BUFFER.match(line)
+        if m and not _HOST_BUFFER.search(m.group(1)):
+            name, kind, mib = m.group(1), m.group(2).lower(), float(m.group(3))
+            bucket = on_device.setdefault(name, {})
+            bucket[kind] = round(bucket.get(kind, 0.0) + mib, 2)
+            if models and kind == "model":
+                models[-1]["buffers_mib"][name] = round(models[-1]["buffers_mib"].get(name, 0.0) + mib, 2)
+    if not models:
+        return None
+    total = round(sum(v for b in on_device.values() for v in b.values()), 2)
+    return {"models": models, "device_buffers_mib": on_device, "device_mib": total}
 
 
 def parse(log: str | bytes) -> dict[str, Any]:

@@ -1,0 +1,234 @@
+"""The accelerator side of a container, one code path for every GPU backend.
+
+- `Access`: what a container of a backend is given on a host. CUDA: a device request the NVIDIA runtime answers.
+  Vulkan: the host's render nodes (`/dev/dri`, and `/dev/kfd` where present) with their groups, when the host has
+  them (a software device needs none), and `GGML_VK_VISIBLE_DEVICES` when llama.cpp is to use a device it skips by
+  default (a software one), and the engine's Mesa shader cache (a named volume: compiled shaders persist between
+  fresh containers as they do on a host's disk; without it every container compiles them again, on lavapipe for a
+  minute or more). Every container of a run (server, probe, device list) gets the same.
+- `Device`: one device as the image sees it (name, driver, memory, unified or not, software or not), from the
+  image's Vulkan device list or the host's nvidia-smi, one line each for `invoke doctor` and the run records.
+- `choose`: which device llama.cpp is told to use, or one line saying why none fits.
+
+What llama-server then did with the device (which one ran the measurement, layers offloaded, device memory) is read
+from its log (harness/run/serverlog.py), the same for every backend."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness import LABEL_PREFIX, KitError
+from harness.hosts.engine import Engine, EngineRefused, ImageMissing
+from harness.hosts.environment import nvidia_smi
+
+GPU_BACKENDS = ("cuda", "vulkan")
+#: Host device nodes a Vulkan container gets where the host has them: DRM render nodes, and AMD's compute node.
+VULKAN_NODES = ("/dev/dri", "/dev/kfd")
+#: The environment variable ggml-vulkan reads to pick devices by index (it skips CPU-type devices without it).
+VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"
+DEVICE_LIST = "specbench-vulkan-devices"
+#: The engine's named volume for Mesa's on-disk shader cache (lavapipe, RADV, ANV), and where containers see it.
+SHADER_CACHE_VOLUME = "specbench-mesa-shader-cache"
+SHADER_CACHE_DIR = "/var/cache/specbench-mesa-shaders"
+#: Vulkan driver ids (VkDriverId) of software devices, with the names people know them by.
+SOFTWARE_DRIVERS = {13: "Mesa lavapipe", 10: "SwiftShader"}
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a container of one backend gets on one host."""
+
+    backend: str
+    gpu_request: bool = False
+    nodes: tuple[str, ...] = ()
+    groups: tuple[int, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
+    #: named volumes: (volume, path in the container), mounted read-write
+    volumes: tuple[tuple[str, str], ...] = ()
+
+    def with_visible(self, index: int | list[int] | None) -> Access:
+        """The same access, telling llama.cpp's Vulkan backend to use the device of this index, or these (None: its
+        own choice, the GPUs)."""
+        env = tuple((k, v) for k, v in self.environment if k != VISIBLE_ENV)
+        if index is not None:
+            env += ((VISIBLE_ENV, ",".join(map(str, index)) if isinstance(index, list) else str(index)),)
+        return Access(self.backend, self.gpu_request, self.nodes, self.groups, env, self.volumes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "gpu_request": self.gpu_request, "nodes": list(self.nodes),
+                "groups": list(self.groups), "environment": dict(self.environment),
+                "volumes": {v: path for v, path in self.volumes}}
+
+    def describe(self) -> str:
+        """One line: what the container is given."""
+        if self.backend == "cuda":
+            return "all GPUs through the NVIDIA runtime (device request)"
+        if self.backend != "vulkan":
+            return "no devices (CPU backend)"
+        parts = [f"{', '.join(self.nodes)} (groups {', '.join(map(str, self.groups)) or 'none'})" if self.nodes
+                 else "no device nodes (the host has no /dev/dri)"]
+        env = dict(self.environment)
+        if VISIBLE_ENV in env:
+            parts.append(f"{VISIBLE_ENV}={env[VISIBLE_ENV]}")
+        return "; ".join(parts)
+
+
+def host_nodes(engine: Engine) -> list[tuple[str, int]]:
+    """The render nodes on the engine's host, (path, group id): /dev/dri/* and /dev/kfd where they exist."""
+    code, out = engine.run_host(["sh", "-c", "for f in /dev/dri/* /dev/kfd; do [ -e \"$f\" ] && "
+                                 "stat -c '%n %g' \"$f\"; done; true"])
+    if code != 0:
+        return []
+    found = []
+    for line in out.splitlines():
+        path, _, gid = line.strip().rpartition(" ")
+        if path.startswith("/dev/") and gid.isdigit():
+            found.append((path, int(gid)))
+    return found
+
+
+def access_from_nodes(backend: str, nodes: list[tuple[str, int]]) -> Access:
+    """A backend's access given the host's render nodes (a pure function: `access` asks the host)."""
+    if backend == "cuda":
+        return Access("cuda", gpu_request=True)
+    if backend != "vulkan":
+        return Access(backend)
+    paths = [p for p in VULKAN_NODES if any(n == p or n.startswith(p + "/") for n, _ in nodes)]
+    # the nodes' groups (render, video): needed where the engine maps the container's root to another user
+    groups = tuple(sorted({g for _, g in nodes if g != 0}))
+    return Access("vulkan", nodes=tuple(paths), groups=groups,
+                  environment=(("MESA_SHADER_CACHE_DIR", SHADER_CACHE_DIR),),
+                  volumes=((SHADER_CACHE_VOLUME, SHADER_CACHE_DIR),))
+
+
+def access(engine: Engine, backend: str) -> Access:
+    """What a container of `backend` gets on the engine's host."""
+    return access_from_nodes(backend, host_nodes(engine) if backend == "vulkan" else [])
+
+
+# ---------------------------------------------------------------- devices as the image sees them
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device: the backend's index, what it is, and whether it shares memory with the CPU."""
+
+    index: int
+    name: str
+    driver: str
+    kind: str  # discrete-gpu | integrated-gpu | virtual-gpu | cpu | other | gpu (nvidia-smi)
+    memory_bytes: int | None
+    unified: bool | None
+    software: str | None = None  # the software device's name (Mesa lavapipe), None for hardware
+    api: str = "vulkan"  # vulkan | cuda
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """One line for a person: index, name, driver, memory, unified or not, software or not."""
+        mem = f"{self.memory_bytes / 2**30:,.1f} GiB" if self.memory_bytes else "memory unknown"
+        shared = {True: "unified memory", False: "own memory", None: "memory sharing unknown"}[self.unified]
+        what = (f"SOFTWARE device ({self.software}: Vulkan on the CPU, not a GPU)" if self.software
+                else self.kind.replace("-", " "))
+        label = "Vulkan" if self.api == "vulkan" else "CUDA"
+        return f"{label} {self.index}: {self.name}, driver {self.driver}, {mem}, {shared}, {what}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_vulkan_devices(text: str) -> list[Device]:
+    """The devices in `specbench-vulkan-devices`' JSON line; a KitError when the output is not that."""
+    line = next((ln for ln in reversed(text.strip().splitlines()) if ln.startswith("{")), "")
+    try:
+        raw = json.loads(line)
+        devices = raw["devices"]
+    except (ValueError, KeyError, TypeError):
+        raise KitError(f"{DEVICE_LIST}: expected one JSON line with 'devices', got: {text.strip()[-200:]!r}") from None
+    out = []
+    for d in devices:
+        kind = str(d.get("type", "other"))
+        driver = " ".join(x for x in (d.get("driver_name"), f"({d['driver_info']})" if d.get("driver_info") else None)
+                          if x) or "unknown"
+        software = SOFTWARE_DRIVERS.get(d.get("driver_id")) if kind == "cpu" else None
+        if kind == "cpu" and software is None:
+            software = "a CPU-type Vulkan device"
+        out.append(Device(int(d["index"]), str(d["name"]), driver, kind, d.get("device_local_bytes") or None,
+                          True if kind in ("integrated-gpu", "cpu") else False if kind == "discrete-gpu" else None,
+                          software, "vulkan",
+                          {"api_version": d.get("api_version"), "vendor_id": d.get("vendor_id"),
+                           "device_id": d.get("device_id"), "driver_id": d.get("driver_id"),
+                           "host_visible_device_local": d.get("host_visible_device_local")}))
+    return out
+
+
+def vulkan_devices(engine: Engine, image: str, acc: Access) -> list[Device]:
+    """Every Vulkan device the image sees on the engine's host, given the backend's access (software ones too)."""
+    try:
+        done = engine.run_container(image, [DEVICE_LIST], {f"{LABEL_PREFIX}.role": "devices"},
+                                    access=acc.with_visible(None), entrypoint=[], timeout=120)
+    except ImageMissing:
+        raise KitError(f"image {image} is not on {engine.name}; run `invoke build --backend vulkan` first") from None
+    except EngineRefused as e:
+        raise KitError(f"cannot list the Vulkan devices of {image} on {engine.name} with {acc.describe()}: "
+                       f"{e}") from None
+    if done.exit_code != 0:
+        raise KitError(f"{DEVICE_LIST} in {image} exited {done.exit_code} on {engine.name}: "
+                       f"{done.text.strip()[-200:]}")
+    return parse_vulkan_devices(done.stdout)
+
+
+def from_nvidia_smi(gpus: list[dict[str, Any]]) -> list[Device]:
+    """nvidia-smi's GPUs (harness/hosts/environment.py) as devices; memory "[N/A]" (the GB10) means unified."""
+    return [Device(i, g["name"], f"NVIDIA {g['driver']}", "gpu",
+                   int(g["memory_mib"] * 2**20) if g.get("memory_mib") else None,
+                   None if g.get("memory_mib") else True, None, "cuda") for i, g in enumerate(gpus)]
+
+
+def choose(devices: list[Device], software: bool) -> tuple[int | None, str | None]:
+    """Which Vulkan device llama.cpp is told to use: (index for GGML_VK_VISIBLE_DEVICES or None for its own choice
+    of GPUs, problem or None). software: the manifest measures on a software device on purpose."""
+    if software:
+        soft = next((d for d in devices if d.software), None)
+        if soft is None:
+            return None, ("hardware.software_device is set but the image sees no software Vulkan device "
+                          f"(seen: {', '.join(d.name for d in devices) or 'none'})")
+        return soft.index, None
+    if not any(d.software is None for d in devices):
+        seen = ", ".join(f"{d.name} ({d.software})" for d in devices) or "no Vulkan device at all"
+        return None, (f"the image sees no Vulkan GPU on this host ({seen}); llama.cpp would run on the CPU. Give "
+                      "the host's GPU to Docker (/dev/dri; your user in the render group), or set "
+                      "hardware.software_device: true to measure on the software device on purpose")
+    return None, None
+
+
+# ---------------------------------------------------------------- one host's set-up for a run
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A host's devices for one backend and image: what containers get, what the image sees, what llama.cpp uses."""
+
+    access: Access
+    devices: tuple[Device, ...]
+    chosen: int | None  # the Vulkan index handed to llama.cpp; None: llama.cpp's own choice (the GPUs)
+    problem: str | None  # why no device fits, or None
+
+    def facts(self) -> dict[str, Any]:
+        """What run.json records of it (environment.<host>.devices), each device with its one line."""
+        return {"backend": self.access.backend, "access": self.access.as_dict(), "chosen": self.chosen,
+                "devices": [{**d.as_dict(), "line": d.line()} for d in self.devices]}
+
+
+def setup(engine: Engine, backend: str, image: str, software: bool = False) -> Setup:
+    """A host's devices for a backend: CUDA's from nvidia-smi on the host, Vulkan's as the image sees them with
+    the host's render nodes; the CPU backend has none."""
+    acc = access(engine, backend)
+    if backend == "vulkan":
+        found = vulkan_devices(engine, image, acc)
+        index, problem = choose(found, software)
+        return Setup(acc.with_visible(index), tuple(found), index, problem)
+    if backend == "cuda":
+        return Setup(acc, tuple(from_nvidia_smi(nvidia_smi(engine))), None, None)
+    return Setup(acc, (), None, None)
