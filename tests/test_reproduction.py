@@ -52,6 +52,19 @@ def test_a_wider_margin_turns_a_small_difference_into_a_reproduction():
     assert at15.call is rp.Call.REPRODUCES
 
 
+def test_the_headline_reproduces_on_the_geometric_means_while_a_noisy_cell_stays_inconclusive():
+    """One cell is one prompt's sample: a cell inconclusive at the margin does not hold the headline back when
+    every geometric mean lies inside it and no cell differs."""
+    a = analyze(matrix(TRUTH, 8, noise=0.01, seed=1))
+    noisy = matrix(TRUTH, 8, noise=0.01, seed=2)
+    for i, r in enumerate(x for x in noisy if (x["strategy"], x["task"]) == ("spec", "a")):
+        r["client"]["decode_tok_s"] *= (1.07, 0.94)[i % 2]  # this cell's B/A interval straddles ±5%
+    rep = rp.reproduction(a, analyze(noisy), 0.05)
+    row = next(r for r in rep.rows if (r.strategy, r.task) == ("spec", "a"))
+    assert row.call is rp.Call.INCONCLUSIVE and not any(r.call is rp.Call.DIFFERS for r in rep.rows)
+    assert all(g.call is rp.Call.REPRODUCES for g in rep.geomeans) and rep.call is rp.Call.REPRODUCES
+
+
 def test_inconclusive_says_the_smallest_margin_and_the_rounds_a_margin_needs():
     a = analyze(matrix(TRUTH, 6, noise=0.06, seed=1))
     b = analyze(matrix(TRUTH, 3, noise=0.06, seed=3))
@@ -59,7 +72,7 @@ def test_inconclusive_says_the_smallest_margin_and_the_rounds_a_margin_needs():
     assert rep.call is rp.Call.INCONCLUSIVE
     assert rep.smallest_margin is not None and rep.smallest_margin > 0.05
     text = words.headline(rep)
-    assert f"these rounds could confirm ±{rep.smallest_margin:.1%}" in text
+    assert f"these rounds could confirm the geometric means within ±{rep.smallest_margin:.1%}" in text
     assert ("needs about" in text) == (rep.rounds_needed is not None)
     # With many more rounds on both sides the same truth reproduces within ±15%.
     wide = rp.reproduction(analyze(matrix(TRUTH, 10, noise=0.06, seed=1)), analyze(matrix(TRUTH, 10, noise=0.06,

@@ -180,7 +180,8 @@ def text(result: dict[str, Any], fmt: str = "simple") -> str:
               f"rule: per cell, B/A = speedup B / speedup A with its 95% interval; reproduces when the interval "
               f"lies within ±{m}; differs when it lies wholly outside ±{m}, judged as one family of "
               f"{result['family']} (cells and geometric means, Holm at 5%); else inconclusive. The verdict "
-              "reproduces only when every cell and geometric mean does. fingerprint = draft counts and output "
+              "reproduces when every strategy's geometric mean does, no cell differs or is missing and no "
+              "fingerprint differs; differs when a cell or geometric mean does. fingerprint = draft counts and output "
               "hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine state: shown, "
               "never judged.", "", f"verdict: {c(result['verdict'], 1000)}"]
     return "\n".join(lines)

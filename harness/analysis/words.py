@@ -154,7 +154,7 @@ def headline(rep: Reproduction) -> str:
         parts.append(f"{counts['missing']} cells missing in B")
     if rep.call is Call.INCONCLUSIVE:
         if rep.smallest_margin is not None:
-            parts.append(f"these rounds could confirm ±{fm.pct(rep.smallest_margin, 1)} at most")
+            parts.append(f"these rounds could confirm the geometric means within ±{fm.pct(rep.smallest_margin, 1)}")
         if rep.unjudged:
             parts.append(f"{rep.unjudged} without a B/A interval (fewer than {sp.MIN_ROUNDS} rounds in A or B)")
         if rep.rounds_needed is not None:
