@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def _split(values) -> list[str] | None:
         return None
     out: list[str] = []
     for v in values if isinstance(values, list | tuple) else [values]:
-        out += [x.strip() for x in str(v).split(",") if x.strip()]
+        # a sweep's combination keeps its commas: draft-simple[p-min=0.75,n-max=8]
+        out += [x.strip() for x in re.split(r",(?![^\[]*\])", str(v)) if x.strip()]
     return out or None
 
 
@@ -249,7 +251,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "manifest": "manifest YAML (default: the CPU demo)",
     "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
-    "strategy": "only these strategies (repeat or comma-separate)",
+    "strategy": "only these strategies (repeat or comma-separate): an id (a combination in full: "
+                "'ngram-simple[size-n=3,size-m=16]'), a sweep's id for all its combinations, '<id>[*]' for every "
+                "combination and concurrency level of a manifest entry",
     "task_id": "only these tasks (repeat or comma-separate)",
     "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs)",
     "no_build": "fail instead of building the image when no engine holds one of this build",

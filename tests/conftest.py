@@ -94,6 +94,11 @@ def results_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("results")
 
 
+def single_stream(strategies: list[dict]) -> list[dict]:
+    """Manifest strategy entries without their sweep and concurrency levels: one strategy each, one client."""
+    return [{k: v for k, v in s.items() if k not in ("sweep", "parallel")} for s in strategies]
+
+
 def trusted(manifest: Path | mf.Manifest, trust_source: bool = False) -> trust.Trusted:
     """A manifest loaded once, with its trust decision, as a task hands it down (harness/intake/trust.py)."""
     return trust.decide(manifest if isinstance(manifest, mf.Manifest) else mf.load(manifest), trust_source)

@@ -17,14 +17,14 @@ from harness import KitError
 from harness.hosts.engine import LocalEngine
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, trusted, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
 
 def _manifest(tmp_path, tasks, runs=1, n_predict=None):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] == "baseline"]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] == "baseline"])
     raw["tasks"] = [dict(t, n_predict=n_predict or t["n_predict"]) for t in raw["tasks"] if t["id"] in tasks]
     raw["runs"] = runs
     return write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "drill.yaml")

@@ -83,6 +83,43 @@ def test_no_import_of_the_kit_inside_a_function():
     assert bad == []
 
 
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def test_no_module_imports_itself_through_others():
+    """No loop of imports between the kit's modules, type-only imports included: a loop is a layout that does not
+    say which module builds on which."""
+    names = {_module_name(p): p for p in _modules()}
+    graph: dict[str, set[str]] = {n: set() for n in names}
+    for name, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in names and t != name and t != "harness"}
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(n: str, path: list[str]) -> list[str] | None:
+        seen[n] = 1
+        for m in sorted(graph[n]):
+            if seen.get(m) == 1:
+                return path + [n, m]
+            if m not in seen and (loop := visit(m, path + [n])):
+                return loop
+        seen[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in seen:
+            loop = visit(n, [])
+            assert loop is None, " -> ".join(loop[loop.index(loop[-1]):])
+
+
 def _kit_files() -> list[Path]:
     """The kit's own code: the package, the tasks and the bench scripts."""
     return [*_modules(), ROOT / "tasks.py", *sorted((ROOT / "bench").glob("*.py"))]

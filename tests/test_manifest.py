@@ -60,13 +60,13 @@ def test_spark_manifest_is_the_study():
     assert m.hardware.memory_bandwidth_gbs == 273 and m.hardware.bandwidth_source == "published"
     assert m.runs == 5 and m.build.backend == "cuda" and m.build.cuda_architectures == "121"
     assert list(m.server_args) == ["-ngl", "999", "-ngld", "999", "-c", "32768", "--parallel", "1"]
-    types = {s.id: s.spec_type for s in m.strategies}
+    types = {s.family_id: s.spec_type for s in m.strategies}
     assert types == {"baseline": "none", "draft-2b": "draft-simple", "dspark": "draft-dspark",
                      "dflash2": "draft-dflash", "moe": "none"}
     # the MoE row runs on its own target and is measured against the dense baseline, as the study did
     assert m.strategy("moe").model == "moe" and m.baseline_for(m.strategy("moe")).id == "baseline"
     assert m.endpoint == "chat"
-    assert "--spec-draft-p-min" in m.strategy("draft-2b").args
+    assert "--spec-draft-p-min" in m.strategy("draft-2b[p-min=0.75]").args
     assert m.target.hf.repo == "unsloth/Qwen3.8-27B-GGUF" and m.target.size_bytes == 17_500_000_000
     assert m.models["dflash2"].hf.repo == "incoai/Qwen3.8-27B-DFlash2-GGUF"
     assert m.models["dspark"].hf.repo == "erlidev/Qwen3.8-27B-DSpark-Q8_0"
@@ -178,7 +178,7 @@ def _invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_cli_validate_ok_and_bad(tmp_path):
     ok = _invoke("validate")
     assert ok.returncode == 0, ok.stderr
-    assert "12 strategies x 8 tasks x 3 runs = 288 measurements" in ok.stdout
+    assert "17 strategies x 8 tasks x 3 runs = 408 measurements" in ok.stdout
     raw = yaml.safe_load(DEMO.read_text())
     raw["strategies"][2]["spec_type"] = "dflash3"
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "bad.yaml")

@@ -14,14 +14,14 @@ from harness.analysis import report as rp
 from harness.analysis.summary import summarize
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, trusted, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
 
 def test_prompt_sets_and_perturbation_through_the_kit(tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
     raw["tasks"] = [
         {"id": "code", "n_predict": 48, "prompts": ["tasks/code-gen.md", "tasks/code-edit.md"]},
         {"id": "varied", "n_predict": 48, "perturbation": True,

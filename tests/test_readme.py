@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness import LABEL_PREFIX, ROOT
 from harness.hosts.engine import connect
+from harness.intake import manifest as mf
+from harness.run import plan as pl
 
 README = ROOT / "README.md"
 #: Wall-clock bound of one README command (the demo build is reused from the session's image).
@@ -129,8 +130,7 @@ def test_setup_block_as_written(clone, demo_image):
     runs = clone.new_runs()
     assert len(runs) == 1, runs
     run_id = runs[0].name
-    demo = yaml.safe_load((ROOT / "manifests" / "demo-cpu.yaml").read_text())
-    planned = len(demo["strategies"]) * len(demo["tasks"])  # x INVOKE_SPECBENCH_RUNS=1
+    planned = _planned(ROOT / "manifests" / "demo-cpu.yaml", runs=1)  # INVOKE_SPECBENCH_RUNS=1
     assert f"run {run_id}: {planned} ok, 0 failed" in out
     results = (clone.path / "RESULTS.md").read_text()
     assert f"## Run {run_id}" in results
@@ -200,9 +200,12 @@ def test_real_text_block_as_written(clone, demo_image):
     new = sorted(set(clone.new_runs()) - before, key=lambda p: (p / "run.json").stat().st_mtime)
     assert len(new) == 2, new
     fresh, naive = ([json.loads(x) for x in (d / "measurements.jsonl").read_text().splitlines()] for d in new)
-    assert len(fresh) == 4 * 3 and all(r["status"] == "ok" for r in fresh)  # 4 strategies x 3 prompts x 1 run
+    # every strategy (the sweep's combinations and the concurrency levels each one) x 3 prompts x 1 run, then a
+    # confirmation round of the sweep's best two and their baseline
+    planned = _planned(ROOT / manifest, runs=1, tasks=["code-edit"])
+    assert len(fresh) == planned and all(r["status"] == "ok" for r in fresh)
     assert len(naive) == 2 * 3 * 3 and all(r["status"] == "ok" for r in naive)  # baseline, ngram-mod x 3 x 3 runs
-    assert f"{new[0].name}: 12 ok, 0 failed" in out and f"{new[1].name}: 18 ok, 0 failed" in out
+    assert f"{new[0].name}: {planned} ok, 0 failed" in out and f"{new[1].name}: 18 ok, 0 failed" in out
     counts: dict[str, set[int]] = {}
     for r in naive:
         if r["strategy"] == "ngram-mod":
@@ -211,6 +214,14 @@ def test_real_text_block_as_written(clone, demo_image):
     results = (clone.path / "RESULTS.md").read_text()
     assert f"## Run {new[1].name}" in results and "**naive: one server per strategy" in results
     assert "drafted/accepted" in results
+
+
+def _planned(manifest: Path, runs: int, tasks: list[str] | None = None) -> int:
+    """What `invoke run` measures of a manifest: its plan, and the confirmation rounds after a sweep."""
+    m = mf.load(manifest)
+    plan = pl.make_plan(m, ["local"], tasks=tasks, runs=runs, shuffle_seed=0)
+    baselines = {s.id: (b.id if (b := m.baseline_for(s)) else None) for s in plan.strategies}
+    return len(plan.items) + plan.confirm_measurements(pl.confirm_rounds(m, runs), baselines)
 
 
 @pytest.mark.image

@@ -17,7 +17,7 @@ from harness.image import build as bd
 from harness.run import doctor as dr
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, _free_port, trusted, write_manifest
+from tests.conftest import DEMO, _free_port, single_stream, trusted, write_manifest
 
 
 def _remote(sshd, tmp_path, **kw) -> RemoteEngine:
@@ -62,7 +62,7 @@ def test_cli_error_is_one_line(sshd):
 @pytest.mark.image
 def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("en-prose", "json-out")]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "remote.yaml")
@@ -104,7 +104,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
 @pytest.mark.image
 def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "json-out"]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "two.yaml")

@@ -16,14 +16,22 @@ from harness import ROOT, schema
 from harness.hosts.engine import LocalEngine
 from harness.intake import manifest as mf
 from harness.run import runner
+from harness.run.plan import confirm_rounds, make_plan
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, trusted, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
 
 def _records(run_dir):
     return RunDir.open(run_dir).measurements()
+
+
+def _demo_plan(demo_manifest):
+    """The demo's plan at 2 runs and what its confirmation rounds add (the sweep's best two and their baseline)."""
+    plan = make_plan(demo_manifest, ["local"], runs=2, shuffle_seed=0)
+    baselines = {s.id: (b.id if (b := demo_manifest.baseline_for(s)) else None) for s in plan.strategies}
+    return plan, plan.confirm_measurements(confirm_rounds(demo_manifest, 2), baselines)
 
 
 def _first_takes(recs):
@@ -33,8 +41,10 @@ def _first_takes(recs):
 
 def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     recs = _records(demo_run)
-    assert len(_first_takes(recs)) == 12 * 8 * 2
-    assert len(recs) - 12 * 8 * 2 <= RunDir.open(demo_run).read_meta().plan.retake_cap == 12 * 8 * 2 // 10
+    plan, confirm = _demo_plan(demo_manifest)
+    planned = len(plan.items) + confirm
+    assert len(_first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 3 * 8
+    assert len(recs) - planned <= RunDir.open(demo_run).read_meta().plan.retake_cap == 17 * 8 * 2 // 10
     for r in recs:
         assert schema.errors("result", r) == []
         assert r["status"] == "ok", r.get("failure")
@@ -46,9 +56,14 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
         drafted = sum(r["server"]["draft_n"] for r in recs if r["strategy"] == s)
         assert drafted > 0, f"{s} drafted nothing"
     assert sum(r["server"]["draft_n_accepted"] for r in recs if r["strategy"] == "draft-simple") > 0
-    base = [r for r in recs if r["spec_type"] == "none"]
+    base = [r for r in recs if r["spec_type"] == "none" and "concurrency" not in r]
     assert {r["strategy"] for r in base} == {"baseline", "baseline-mtp"}
     assert all(len(r["probs"]["positions"]) == r["server"]["predicted_n"] for r in base)
+    # the baseline at 2 and 4 clients: as many slots and streams, each client with the manifest's context
+    for n in (2, 4):
+        batch = [r for r in recs if r["strategy"] == f"baseline[parallel={n}]"]
+        assert batch and all(r["concurrency"]["streams"] == n == r["slots"]["total"] for r in batch)
+        assert all(r["slots"]["n_ctx"] == 12288 and "probs" not in r for r in batch)
     assert all("probs" not in r for r in recs if r["spec_type"] != "none")
     assert all(r["interference"]["window_s"] > 0 for r in recs)
     meta = RunDir.open(demo_run).read_meta()
@@ -74,9 +89,13 @@ def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
     rounds = {}
     for r in _first_takes(recs):
         rounds.setdefault(r["round"], []).append(f"{r['strategy']}/{r['task']}")
-    assert set(rounds) == {1, 2}
-    assert sorted(rounds[1]) == sorted(rounds[2]) and len(rounds[1]) == 12 * 8
+    # the planned rounds, then the confirmation rounds of the sweep's best two and their baseline
+    assert set(rounds) == {1, 2, 3, 4}
+    assert sorted(rounds[1]) == sorted(rounds[2]) and len(rounds[1]) == 17 * 8
     assert rounds[1] != rounds[2]
+    assert sorted(rounds[3]) == sorted(rounds[4]) and len(rounds[3]) == 3 * 8
+    confirmed = {x.split("/")[0] for x in rounds[3]} - {"baseline"}
+    assert len(confirmed) == 2 and all(c.startswith("ngram-simple[") for c in confirmed)
     # a round finishes before the next begins
     assert [r["round"] for r in recs] == sorted(r["round"] for r in recs)
 
@@ -162,8 +181,8 @@ def test_server_that_cannot_start_is_a_recorded_failure(tmp_path, demo_image, mo
 def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
     raw["tasks"] = raw["tasks"][:3]
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "draft-simple", "ngram-simple",
-                                                                        "ngram-mod")]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "draft-simple",
+                                                                                      "ngram-simple", "ngram-mod")])
     raw["runs"] = 2
     p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "int.yaml")
     env = dict(os.environ, SPECBENCH_MODELS=str(models_dir), PYTHONUNBUFFERED="1")

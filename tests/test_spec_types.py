@@ -160,9 +160,10 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
     from harness.analysis.summary import summarize
     from harness.run import runner
     from harness.store.rundir import RunDir
-    from tests.conftest import DEMO, write_manifest
+    from tests.conftest import DEMO, single_stream, write_manifest
 
     raw = yaml.safe_load(DEMO.read_text())
+    raw["strategies"] = single_stream(raw["strategies"])
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "code-gen"]
     raw["runs"] = 1
     path = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "types.yaml")

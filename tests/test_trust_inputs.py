@@ -130,9 +130,13 @@ def _yaml(folder: Path, text: str) -> Path:
     return write_manifest(folder, text, "m.yaml")
 
 
+#: The demo manifest's line of `runs:` (the duplicate is inserted above it).
+RUNS_LINE = next(i for i, line in enumerate(DEMO.read_text().splitlines(), 1) if line.startswith("runs: "))
+
+
 @pytest.mark.parametrize("case,change,expected", [
-    ("duplicate key", lambda t: t.replace("runs: ", "runs: 1\nruns: ", 1), "line 67, column 1: invalid YAML: key "
-     "'runs' is given twice in this mapping (also line 66); give each key once"),
+    ("duplicate key", lambda t: t.replace("runs: ", "runs: 1\nruns: ", 1), f"line {RUNS_LINE + 1}, column 1: invalid "
+     f"YAML: key 'runs' is given twice in this mapping (also line {RUNS_LINE}); give each key once"),
     (".nan bandwidth", lambda t: t.replace("memory_bandwidth_gbs: 200", "memory_bandwidth_gbs: .nan"),
      "line 12, column 25: invalid YAML: '.nan' is not a finite number"),
     (".nan temperature", lambda t: t.replace("temperature: 0", "temperature: .NaN"), "'.NaN' is not a finite number"),

@@ -14,14 +14,14 @@ from harness.analysis import report as rp
 from harness.analysis.summary import summarize
 from harness.run import runner
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, trusted, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
 
 def _manifest(tmp_path, runs=4, n_predict=64, tasks=("json-out", "translate")):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
     raw["tasks"] = [dict(t, n_predict=n_predict) for t in raw["tasks"] if t["id"] in tasks]
     raw["runs"] = runs
     return write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "v.yaml")

@@ -16,6 +16,7 @@ from tabulate import tabulate
 from harness import KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
+from harness.analysis import tuning_report
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_bytes, atomic_write_text
 from harness.store.rundir import RunDir
@@ -501,7 +502,9 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         png = plot_speedups(summary, rd.path / "plot.png") if plot else None
         if png:
             written.append(png)
-        sections.append(render_run(rd, summary, out_path, png))
+        extra = tuning_report.write_plots(summary, rd.path) if plot else {}
+        written += extra.values()
+        sections.append(render_run(rd, summary, out_path, png) + tuning_report.section(summary, out_path, extra))
         names.append(summary["manifest"]["name"])
     if comparison is not None:
         sections.append("\n".join([f"## Comparison: {fm.md(comparison['a']['run_id'])} (A) vs "

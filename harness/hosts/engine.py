@@ -14,16 +14,14 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, Any, Protocol
 
 import docker.errors
 import requests.exceptions
 
 import docker
 from harness import LABEL_PREFIX, KitError
-
-if TYPE_CHECKING:  # devices.py builds on this module
-    from harness.hosts.devices import Access
+from harness.hosts.access import Access
 
 DOCKER_HINT = ("start one: `dockerd --bridge=none --iptables=false &` (as root), or `sudo systemctl start docker`; "
                "or point DOCKER_HOST at a running engine")

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness import KitError, schema
 from harness.files import display_path, file_sha256
-from harness.intake import flags
+from harness.intake import flags, sweep
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
 from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
@@ -162,10 +162,17 @@ class Strategy:
     parallel: int = 1
     model: str = "target"  # the models key of this strategy's target
     baseline: str | None = None  # the strategy its speedup is against (default: the baseline of its target)
+    family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
+    sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs, already in args
 
     @property
     def speculative(self) -> bool:
         return self.spec_type != "none"
+
+    @property
+    def family_id(self) -> str:
+        """The manifest entry's id: the same for every combination and level of a sweep."""
+        return self.family or self.id
 
     def model_keys(self) -> list[str]:
         return [self.model] + ([self.draft] if self.draft else [])
@@ -226,6 +233,7 @@ class Manifest:
     load_timeout_s: float
     request_timeout_s: float
     text: str = field(repr=False, compare=False, default="")
+    confirm_rounds: int | None = None  # after a sweep: rounds of its best two combinations (None: the run's runs)
     #: At most this many disturbed measurements are measured again per run (None: the kit's share of the plan).
     retakes: int | None = None
 
@@ -253,15 +261,15 @@ class Manifest:
                 return t
         raise KeyError(tid)
 
-    def baseline(self, model: str = "target") -> Strategy | None:
-        """The no-speculation control of a target: the first strategy with spec_type none on that model."""
-        return next((s for s in self.strategies if s.spec_type == "none" and s.model == model), None)
+    def baseline(self, model: str = "target", parallel: int = 1) -> Strategy | None:
+        """The no-speculation control of a target: the first baseline on that model at that level, else its first."""
+        return sweep.at_level([s for s in self.strategies if s.spec_type == "none" and s.model == model], parallel)
 
     def baseline_for(self, strategy: Strategy) -> Strategy | None:
-        """The strategy a strategy's speedup is measured against: its own `baseline`, else its target's."""
-        if strategy.baseline:
-            return self.strategy(strategy.baseline)
-        return self.baseline(strategy.model)
+        """Its speedup's control: its `baseline` entry at its level (else that entry's first), else its target's."""
+        b = strategy.baseline
+        return sweep.at_level([s for s in self.strategies if b in (s.family_id, s.id)], strategy.parallel) if b \
+            else self.baseline(strategy.model, strategy.parallel)
 
     def models_used(self, strategy_ids: Iterable[str] | None = None) -> list[ModelFile]:
         """The models the strategies use (all of them, or those named), targets and drafts, each once."""
@@ -334,7 +342,7 @@ class _Builder:
             endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
             runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
-            retakes=raw.get("retakes"))
+            confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"))
 
     def source(self) -> LlamaCppSource:
         lc = self.raw["llama_cpp"]
@@ -433,28 +441,12 @@ class _Builder:
 
     def strategies(self, models: dict[str, ModelFile]) -> tuple[Strategy, ...]:
         out: list[Strategy] = []
-        seen: dict[str, int] = {}
         for i, s in enumerate(self.raw["strategies"]):
-            fp = f"strategies[{i}]"
-            if s["id"] in seen:
-                raise self.fail(f"{fp}.id", f"duplicate id {s['id']!r} (also strategies[{seen[s['id']]}])")
-            seen[s["id"]] = i
-            self.check_models(fp, s, models)
-            args = tuple(s.get("args", ()))
-            self.check_flags(f"{fp}.args", args)
-            if s.get("parallel", 1) > 1 and any(flags.normalise(a)[0] in ("--parallel", "-np") for a in args):
-                raise self.fail(f"{fp}.args", "give the number of slots with parallel, not --parallel in args")
-            out.append(Strategy(s["id"], s["spec_type"], s.get("draft"), args, s.get("label"),
-                                int(s.get("parallel", 1)), s.get("model", "target"), s.get("baseline")))
-        ids = {s.id: s for s in out}
-        for i, s in enumerate(out):
-            if s.baseline is not None:
-                if s.baseline not in ids:
-                    raise self.fail(f"strategies[{i}].baseline", f"{s.baseline!r} is not a strategy id (expected "
-                                    f"one of {sorted(ids)})")
-                if ids[s.baseline].spec_type != "none":
-                    raise self.fail(f"strategies[{i}].baseline", f"{s.baseline!r} is not a baseline (spec_type "
-                                    f"{ids[s.baseline].spec_type!r}, expected 'none')")
+            self.check_models(fp := f"strategies[{i}]", s, models)
+            self.check_flags(f"{fp}.args", args := tuple(s.get("args", ())))
+            for e in sweep.entry(s, args, self.raw, f"{self.where}: {fp}", len(out)):  # sweeps and levels expanded
+                out.append(Strategy(e.id, s["spec_type"], s.get("draft"), args + sweep.sweep_args(e), s.get("label"),
+                                    e.parallel, s.get("model", "target"), s.get("baseline"), s["id"], e.sweep))
         return tuple(out)
 
     def check_models(self, fp: str, s: dict[str, Any], models: dict[str, ModelFile]) -> None:

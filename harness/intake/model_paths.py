@@ -6,16 +6,30 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from harness import KitError
 from harness.files import display_path
 
-if TYPE_CHECKING:  # manifest.py builds on this module
-    from harness.intake.manifest import Manifest, ModelFile
+
+class Place(Protocol):
+    """What this module reads of a manifest (manifest.py builds on this module, so it names no class there)."""
+
+    @property
+    def folder(self) -> Path: ...
+
+    path: Path
 
 
-def model_location(manifest: Manifest, model: ModelFile, models_dir: Path) -> Path:
+class File(Protocol):
+    """What this module reads of a manifest's model entry."""
+
+    key: str
+    file: str
+    path: Any
+
+
+def model_location(manifest: Place, model: File, models_dir: Path) -> Path:
     """Where a model file is, or will be written: a plain name in the models folder, a path with a slash in the
     manifest's folder. A file that is there is returned resolved, after checking that every symlink on the way
     stays inside that folder and that it is a regular file (not a folder, FIFO or device); one line otherwise."""

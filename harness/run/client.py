@@ -15,8 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from harness.hosts.engine import Endpoint
 from harness.intake.manifest import Manifest, Task
@@ -73,6 +75,8 @@ class StreamResult:
     text: str
     tokens: list[int]
     final: dict[str, Any]
+    #: Seconds between consecutive tokens after the first, as they arrived (a chunk of k tokens: its gap, k-1 zeros).
+    gaps: list[float] = field(default_factory=list)
 
     @property
     def predicted_n(self) -> int:
@@ -125,6 +129,7 @@ def stream_completion(endpoint: Endpoint, body: dict[str, Any], timeout_s: float
     chunks = 0
     received = 0
     t_first = t_last = None
+    gaps: list[float] = []
     final: dict[str, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:
@@ -158,6 +163,9 @@ def stream_completion(endpoint: Endpoint, body: dict[str, Any], timeout_s: float
                 chunks += 1
                 if t_first is None:
                     t_first = now
+                    gaps += [0.0] * (len(toks) - 1)
+                else:
+                    gaps += [now - t_last] + [0.0] * (len(toks) - 1)
                 t_last = now
                 text_parts.append(piece)
                 tokens.extend(toks)
@@ -177,7 +185,16 @@ def stream_completion(endpoint: Endpoint, body: dict[str, Any], timeout_s: float
     if not final:
         raise MeasurementFailed("the stream ended without a final chunk (server died?)")
     return StreamResult(t_first - t_send, (t_last or t_first) - t_first, t_end - t_send, chunks,
-                        "".join(text_parts), tokens, final)
+                        "".join(text_parts), tokens, final, gaps)
+
+
+def percentiles(gaps: list[float]) -> dict[str, float | None]:
+    """Inter-token latency p50 and p99 in seconds (numpy's linear interpolation; None without a gap). With
+    speculation tokens arrive in bursts: p50 can be near 0 while p99 is a whole verification pass."""
+    if not gaps:
+        return {"itl_p50_s": None, "itl_p99_s": None}
+    p50, p99 = np.percentile(np.asarray(gaps, dtype=float), [50, 99])
+    return {"itl_p50_s": round(float(p50), 6), "itl_p99_s": round(float(p99), 6)}
 
 
 def token_probs(endpoint: Endpoint, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -228,8 +245,12 @@ def concurrent(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str,
     tokens = sum(r.predicted_n for r in done)
     wall = max(b for _, b in spans) - min(a for a, _ in spans)
     per = [None if r.decode_tok_s is None else round(r.decode_tok_s, 3) for r in done]
+    timings = [r.final.get("timings", {}) for r in done]
     return done[0], {"streams": n, "aggregate_tok_s": round(tokens / wall, 3) if wall > 0 else 0.0,
-                     "wall_s": round(wall, 6), "per_stream_tok_s": per, "tokens": tokens}
+                     "wall_s": round(wall, 6), "per_stream_tok_s": per, "tokens": tokens,
+                     "ttft_s": [round(r.ttft_s, 6) for r in done], **percentiles([g for r in done for g in r.gaps]),
+                     "draft_n": [int(t.get("draft_n", 0)) for t in timings],
+                     "draft_n_accepted": [int(t.get("draft_n_accepted", 0)) for t in timings]}
 
 
 def figures(res: StreamResult) -> dict[str, Any]:
@@ -244,7 +265,8 @@ def figures(res: StreamResult) -> dict[str, Any]:
     return {
         "client": {"ttft_s": round(res.ttft_s, 6), "decode_s": round(res.decode_s, 6),
                    "request_s": round(res.request_s, 6), "chunks": res.chunks,
-                   "decode_tok_s": None if decode_tok_s is None else round(decode_tok_s, 3)},
+                   "decode_tok_s": None if decode_tok_s is None else round(decode_tok_s, 3),
+                   **percentiles(res.gaps)},
         "server": server,
         "output": {"text": res.text, "sha256": hashlib.sha256(res.text.encode("utf-8")).hexdigest(),
                    "tokens": res.tokens, "n_tokens": res.predicted_n, "stop_type": res.final.get("stop_type")},

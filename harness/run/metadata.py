@@ -40,7 +40,7 @@ def _reads(path: Any) -> dict[str, Any] | None:
 def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],
             model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
             bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
-            aa_control: bool = False) -> RunMeta:
+            aa_control: bool = False, confirm_rounds: int = 0) -> RunMeta:
     """The run metadata of a new run, normalised from the manifest and the plan."""
     folder = manifest.folder
     strategies = []
@@ -48,7 +48,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
         base = manifest.baseline_for(s)
         strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
                                        base.id if base is not None and base.id != s.id else None, tuple(s.args),
-                                       s.label, s.parallel))
+                                       s.label, s.parallel, s.family, s.sweep))
     tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
                                                           p.sha256 or file_sha256(p.path)) for p in t.prompts),
                       t.perturbation) for t in manifest.tasks]
@@ -66,5 +66,6 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
         models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
         build=build, environment=environment,
         plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
-                      plan.hosts, len(plan.items), aa_control, until, max_rounds, retake_cap=plan.retake_cap),
+                      plan.hosts, len(plan.items), aa_control, until, max_rounds, retake_cap=plan.retake_cap,
+                      confirm_rounds=confirm_rounds if plan.sweeps() else 0),
         bandwidth=bandwidth)

@@ -86,6 +86,26 @@ class Plan:
         self.items += added
         return added
 
+    def sweeps(self) -> dict[str, list[Strategy]]:
+        """The swept entries of the plan: family id -> its combinations at the entry's lowest concurrency level
+        (the ones a winner is chosen from), for entries with at least two of them planned."""
+        out: dict[str, list[Strategy]] = {}
+        for s in self.strategies:
+            if s.sweep:
+                out.setdefault(s.family_id, []).append(s)
+        lowest = {f: min(s.parallel for s in ss) for f, ss in out.items()}
+        out = {f: [s for s in ss if s.parallel == lowest[f]] for f, ss in out.items()}
+        return {f: ss for f, ss in out.items() if len(ss) > 1}
+
+    def confirm_measurements(self, rounds: int, baselines: dict[str, str | None]) -> int:
+        """How many measurements the confirmation rounds will add: per round and prompt, each sweep's best two
+        combinations and the baselines they pair with (each once)."""
+        cells = set()
+        for ss in self.sweeps().values():
+            for s in ss[:2]:
+                cells |= {s.id, baselines.get(s.id) or s.id}
+        return rounds * len(cells) * sum(len(t.prompts) for t in self.tasks) * len(self.hosts)
+
     def describe(self) -> str:
         n_prompts = sum(len(t.prompts) for t in self.tasks)
         prompts = f" ({n_prompts} prompts)" if n_prompts != len(self.tasks) else ""
@@ -97,16 +117,24 @@ class Plan:
 def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | None) -> tuple[list[Strategy],
                                                                                                    list[Task]]:
     """The manifest's strategies and tasks, or the named subset (in manifest order); unknown names are errors.
+    A strategy is named by its id; `<entry>[*]` names every combination and level of a manifest entry, and a
+    sweep's entry id (no strategy's id) all its combinations.
 
     A subset keeps the baselines its strategies are measured against."""
     def pick(kind: str, names: list[str] | None, items: tuple) -> list:
         if not names:
             return list(items)
-        known = {i.id for i in items}
-        unknown = [n for n in names if n not in known]
+        ids = {i.id for i in items}
+        # a strategy by its id; every member of an entry (combinations, levels) by `<entry>[*]`, or by the
+        # entry's id where no strategy has it (a sweep)
+        members = {n: [i for i in items if getattr(i, "family_id", i.id) in (n, n.removesuffix("[*]"))]
+                   for n in names if n not in ids}
+        unknown = [n for n, ms in members.items() if not ms]
         if unknown:
-            raise KitError(f"--{kind}: {', '.join(unknown)} not in the manifest (known: {', '.join(sorted(known))})")
-        return [i for i in items if i.id in names]
+            entries = sorted({getattr(i, "family_id", i.id) for i in items})
+            raise KitError(f"--{kind}: {', '.join(unknown)} not in the manifest (known: {', '.join(entries)})")
+        chosen = {i.id for ms in members.values() for i in ms} | (set(names) & ids)
+        return [i for i in items if i.id in chosen]
     strats = pick("strategies", strategies, manifest.strategies)
     needed = {b.id for s in strats if (b := manifest.baseline_for(s)) is not None}
     strats = [s for s in manifest.strategies if s in strats or s.id in needed]
@@ -117,7 +145,7 @@ def aa_twin(baseline: Strategy) -> Strategy:
     """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
     the report shows how much drift survives the pairing by rounds."""
     return Strategy(f"{baseline.id}-aa", "none", None, baseline.args, f"A/A control of {baseline.id}",
-                    baseline.parallel, baseline.model, baseline.id)
+                    baseline.parallel, baseline.model, baseline.id, f"{baseline.id}-aa")
 
 
 def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | None = None,
@@ -193,6 +221,38 @@ def generator_problems(manifest: Manifest) -> list[str]:
     return out
 
 
+def confirm_rounds(manifest: Manifest, runs: int) -> int:
+    """Rounds of each sweep's best two combinations after the sweep: the manifest's confirm_rounds, else the
+    run's runs."""
+    return runs if manifest.confirm_rounds is None else manifest.confirm_rounds
+
+
+def sweep_lines(manifest: Manifest, plan: Plan) -> list[str]:
+    """What `invoke validate` says of the sweeps and concurrency levels: each sweep's combinations, the
+    confirmation rounds after it, each entry's levels, and the measurement count with the confirmation."""
+    lines = []
+    for family, members in plan.sweeps().items():
+        grid = " x ".join(f"{flag} {', '.join(dict.fromkeys(v for s in members for f, v in s.sweep if f == flag))}"
+                          for flag, _ in members[0].sweep)
+        lines.append(f"sweep {family}: {len(members)} combinations ({grid}), each measured like any strategy")
+    levels: dict[str, list[int]] = {}
+    for s in plan.strategies:
+        levels.setdefault(s.family_id, [])
+        if s.parallel not in levels[s.family_id]:
+            levels[s.family_id].append(s.parallel)
+    for family, ns in levels.items():
+        if len(ns) > 1 or ns != [1]:
+            lines.append(f"serving {family}: {', '.join(map(str, ns))} concurrent clients, one fresh server with "
+                         "that many slots per measurement")
+    if lines and plan.sweeps():
+        rounds = confirm_rounds(manifest, plan.runs)
+        extra = plan.confirm_measurements(rounds, {s.id: (b.id if (b := manifest.baseline_for(s)) else None)
+                                                   for s in plan.strategies})
+        lines.append(f"confirmation: {rounds} fresh rounds of each sweep's best two combinations and their "
+                     f"baseline after the sweep: +{extra} measurements, {len(plan.items) + extra} in all")
+    return lines
+
+
 def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
     """`invoke validate`: the manifest's plan in a few lines; with strict, every unpinned field is a problem. The
     checks that could not run (a file not there yet) are named, with why."""
@@ -213,7 +273,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
     unchecked = f"; {len(not_checked)} check(s) not run, named below" if not_checked else ""
     lines = [f"{display_path(manifest.path)}: valid (manifest {manifest.name}, sha256 {manifest.sha256[:12]})"
              f"{unchecked}",
-             f"plan: {plan.describe()}, one fresh container each",
+             f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
              f"build: {manifest.build.backend}"
              + (f", CUDA arch {manifest.build.cuda_architectures}" if manifest.build.backend == "cuda" else "")
@@ -223,12 +283,13 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
     if untrusted:
         lines.insert(-1, f"trust: {', '.join(untrusted)} need --trust-source to build, run or fetch models "
                          "(harness/intake/trust.py)")
+    width = max(14, *(len(s.id) for s in manifest.strategies))
     for s in manifest.strategies:
         extra = (f" draft={s.draft}" if s.draft else "") + (f" model={s.model}" if s.model != "target" else "")
         base = manifest.baseline_for(s)
         vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
         args = f" {' '.join(s.args)}" if s.args else ""
-        lines.append(f"  {s.id:14} --spec-type {s.spec_type}{extra}{args}{vs}")
+        lines.append(f"  {s.id:{width}} --spec-type {s.spec_type}{extra}{args}{vs}")
     lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", {len(t.prompts)} prompts)"
                                                                    if len(t.prompts) > 1 else ")")
                                        for t in manifest.tasks))

@@ -154,6 +154,7 @@ class FreshContainer:
                 t_ready = time.monotonic()
                 request_into(rec, ctx, engine, server, item)
                 t_done = time.monotonic()
+                rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
                 rec["server_log"] = server_statistics(server)
                 if ctx.backend in GPU_BACKENDS:
@@ -208,6 +209,7 @@ class ReuseServer:
                                server_command=server.spec.command)
                     try:
                         request_into(rec, ctx, engine, server, item)
+                        rec["slots"] = server.slot_facts()
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
                         rec["server_log"] = server_statistics(server)

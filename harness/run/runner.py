@@ -11,6 +11,7 @@ from typing import Any
 
 from harness import LABEL_PREFIX, KitError
 from harness.analysis import convergence as cv
+from harness.analysis import sweep, tuning
 from harness.analysis.records import CellIndex, CellKey
 from harness.files import display_path
 from harness.hosts import devices, environment
@@ -23,7 +24,7 @@ from harness.models import gguf_facts, preflight
 from harness.run import bandwidth, metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
-from harness.run.plan import Plan, make_plan
+from harness.run.plan import Plan, confirm_rounds, make_plan
 from harness.run.protocol import PROTOCOLS, Context, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
@@ -138,7 +139,8 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
                                {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
-                               _bandwidth(manifest, engines), until, max_rounds, aa_control)
+                               _bandwidth(manifest, engines), until, max_rounds, aa_control,
+                               confirm_rounds(manifest, plan.runs))
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     if extend is None and until is not None:
@@ -248,15 +250,18 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     meta = rd.read_meta()
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
                         seed=plan.shuffle_seed)
-    for extra in meta.plan.extra_rounds:  # rounds an interrupted --until run had already decided on
+    for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
         if ctx.backend == "vulkan":
             for e in engines:
                 warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
-        if extend is not None:
+        confirmed = meta.plan.confirm_from() is not None  # decided before an interruption: replayed above
+        if extend is not None and not confirmed:
             _extend(plan, executor, rd, counts, log, extend, cap)
+        if meta.plan.confirm_rounds and plan.sweeps() and not confirmed:
+            _confirm(plan, executor, rd, counts, log)
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
@@ -286,3 +291,38 @@ def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], 
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
         for k in ("ok", "failed", "retakes"):
             counts[k] += more[k]
+
+
+def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
+    """After the sweep's rounds: fresh rounds of each sweep's best two combinations (by the geometric mean of
+    their paired speedups over the tasks) and the baselines they pair with, on every task, on each host. The
+    best of many noisy combinations is biased upward (the winner's curse); the confirmation rounds are not."""
+    meta = rd.read_meta()
+    baselines = {s.id: s.baseline for s in meta.planned_strategies()}
+    index = CellIndex(rd.measurements())
+    tasks = [t.id for t in plan.tasks]
+    cells: list[list[str]] = []
+    chosen: list[str] = []
+    for host in plan.hosts:
+        for family, members in plan.sweeps().items():
+            ratios = tuning.sweep_ratios(index, host, [(s.id, baselines.get(s.id)) for s in members], tasks)
+            top = [c for c, _ in sweep.rank(ratios)[:2]]
+            if not top:
+                log(f"{host}: sweep {family}: no paired rounds to choose from; no confirmation")
+                continue
+            n = meta.plan.confirm_rounds
+            log(f"{host}: sweep {family}: confirming {' and '.join(top)} in {n} fresh round{'s' if n > 1 else ''}")
+            chosen += top
+            for sid in top + [baselines[c] for c in top]:
+                cells += [[host, sid, t] for t in tasks if [host, sid, t] not in cells]
+    if not cells:
+        return
+    first = max((i.round for i in plan.items), default=0) + 1
+    last = first + meta.plan.confirm_rounds - 1
+    for r in range(first, last + 1):
+        meta.plan.extra_rounds.append({"round": r, "cells": cells, "purpose": "confirm",
+                                       "combinations": list(dict.fromkeys(chosen))})
+    rd.update_meta(plan=meta.plan)
+    more = executor.execute(plan.add_rounds(first, last, {tuple(c) for c in cells}))
+    for k in ("ok", "failed", "retakes"):
+        counts[k] += more[k]

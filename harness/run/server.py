@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,12 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
     cmd += ["--spec-type", strategy.spec_type]
     common = flags.canonical(manifest.server_args)
     if strategy.parallel > 1:
-        # The strategy's slot count replaces the manifest's --parallel.
+        # The strategy's slot count replaces the manifest's --parallel; llama-server splits -c among the slots,
+        # so each of N clients keeps the context a single-stream server gives it: -c times N.
         common = flags.remove(common, ("--parallel", "-np")) + ["--parallel", str(strategy.parallel)]
+        at = [i + 1 for i in range(len(common) - 1) if common[i] in ("-c", "--ctx-size")]
+        if at and common[at[-1]].isdigit() and int(common[at[-1]]) > 0:  # the last -c is the one read
+            common[at[-1]] = str(int(common[at[-1]]) * strategy.parallel)
     cmd += common + flags.canonical(strategy.args)
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
     return cmd
@@ -147,6 +152,28 @@ class Server:
         self.endpoint = self.engine.endpoint(self.port)
         self.load_s = wait_ready(self.engine, self.container, self.endpoint, self.manifest.load_timeout_s)
         return self
+
+    def slot_facts(self) -> dict[str, Any] | None:
+        """What the server says of its slots (untimed, after the request): the slot count (GET /props
+        total_slots) and, per slot, whether it speculates (GET /slots `speculative`), with the per-slot context.
+        The pinned build's /props says "none" for its speculative types even when speculation is on; /slots
+        says what each slot does. None when neither answers (--no-slots, an older server)."""
+        def get(path: str) -> Any:
+            try:
+                status, body = get_status(self.endpoint, path, timeout=5.0)
+                return json.loads(body) if status == 200 else None
+            except (TimeoutError, ConnectionError, http.client.HTTPException, OSError, ValueError,
+                    *self.engine.transient_errors):
+                return None
+        props, slots = get("/props"), get("/slots")
+        if not isinstance(props, dict) and not isinstance(slots, list):
+            return None
+        slots = [x for x in slots if isinstance(x, dict)][:1024] if isinstance(slots, list) else []
+        total = props.get("total_slots") if isinstance(props, dict) else None
+        n_ctx = next((x.get("n_ctx") for x in slots if isinstance(x.get("n_ctx"), int)), None)
+        return {"total": total if isinstance(total, int) else len(slots) or None,
+                "speculative": [x.get("speculative") if isinstance(x.get("speculative"), bool) else None
+                                for x in slots], "n_ctx": n_ctx}
 
     def log(self, tail: int | str = LOG_TAIL_LINES) -> str:
         """The container's log, its last `tail` lines ("all": the whole log)."""

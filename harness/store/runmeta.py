@@ -25,10 +25,16 @@ class StrategyMeta:
     args: tuple[str, ...] = ()
     label: str | None = None
     parallel: int = 1
+    family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
+    sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs
 
     @property
     def speculative(self) -> bool:
         return self.spec_type != "none"
+
+    @property
+    def family_id(self) -> str:
+        return self.family or self.id
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,15 @@ class PlanMeta:
     max_rounds: int | None = None
     #: At most this many disturbed measurements are measured again (None: a run made before retakes; none).
     retake_cap: int | None = None
-    #: Rounds added by --until beyond `runs`, each with the cells it runs ([host, strategy, task]), in order.
+    #: Rounds added after the planned ones, each with the cells it runs ([host, strategy, task]), in order: by
+    #: --until, or (with "purpose": "confirm") the confirmation of a sweep's best two combinations.
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
+    #: Confirmation rounds after a sweep (0: none).
+    confirm_rounds: int = 0
+
+    def confirm_from(self) -> int | None:
+        """The first confirmation round, None when none was added."""
+        return next((x["round"] for x in self.extra_rounds if x.get("purpose") == "confirm"), None)
 
 
 @dataclass
@@ -107,6 +120,7 @@ class RunMeta:
         out = asdict(self)
         for s in out["strategies"]:
             s["args"] = list(s["args"])
+            s["sweep"] = [list(pair) for pair in s["sweep"]]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
         order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
@@ -120,7 +134,9 @@ class RunMeta:
             run_id=obj["run_id"], created_at=obj["created_at"], status=obj["status"], protocol=obj["protocol"],
             kit_version=obj.get("kit_version", "?"), manifest=obj["manifest"], hardware=obj["hardware"],
             sampling=obj.get("sampling", {}), endpoint=obj.get("endpoint", "completion"),
-            strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ()))}) for s in obj["strategies"]],
+            strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ())),
+                                        "sweep": tuple(tuple(x) for x in s.get("sweep", ()))})
+                        for s in obj["strategies"]],
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
                             bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
             models=obj["models"], build=obj["build"], environment=obj["environment"],
@@ -128,7 +144,8 @@ class RunMeta:
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
-                          extra_rounds=obj["plan"].get("extra_rounds", [])),
+                          extra_rounds=obj["plan"].get("extra_rounds", []),
+                          confirm_rounds=obj["plan"].get("confirm_rounds", 0)),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
 

@@ -1,0 +1,283 @@
+"""An honest winner of a sweep: the best combination with its interval, the combinations not distinguishable
+from it (family-controlled), and the confirmation rounds that measure the winner and the runner-up again.
+
+Pure functions of plain numbers: per combination, per task, per round, the paired speedup against the baseline
+(the strategy's tok/s over the baseline's on the same task, prompt and host in the same round). A round is a
+block: every combination ran in it beside the same baseline, so two combinations are compared round by round
+and whatever the machine did to the round cancels.
+
+- Figures: per task, the geometric mean of the paired ratios over rounds (the speedup table's estimate below 10
+  rounds) with a Student-t interval on the logs of this cell alone (scipy.stats.ttest_1samp; the speedup table
+  moderates a cell's variance toward the table's, a sweep's comparison stays within its own rounds); overall, the
+  geometric mean over tasks, with a Student-t interval over rounds of each round's mean log ratio across tasks
+  (whole rounds travel together).
+- Not distinguishable from the best: each other combination against the best, paired by round (a two-sided
+  one-sample t-test on the per-round log ratio of the two, scipy.stats.ttest_1samp), the p-values adjusted with
+  Holm's step-down method over the family of comparisons (harness/analysis/inference.py, as the speedup table's
+  verdicts). Holm, not Benjamini-Hochberg (scipy.stats.false_discovery_control offers only BH and BY): the claim
+  made is about a set (these combinations are worse than the best; the others may be as good), and a wrong
+  exclusion anywhere in it is the error to bound, so the family-wise error rate is the guarantee wanted, not the
+  false discovery rate. Holm controls it under any dependence (every comparison shares the best's rounds) and is
+  uniformly more powerful than Bonferroni. Two-sided tests: the best was chosen by the same data, so its lead is
+  biased upward and a one-sided test would call differences too readily.
+- Confirmation: the winner and the runner-up measured again in fresh rounds after the sweep. The best of many
+  noisy combinations is biased upward (the winner's curse); figures from rounds that played no part in choosing
+  it are not. The confirmed figure is the headline, the sweep figure beside it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from harness.analysis import inference as inf
+
+CONFIDENCE = 0.95
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+#: Family-wise error rate of the "worse than the best" claims.
+ALPHA = inf.ALPHA
+
+#: combination -> task -> round -> paired speedup against the baseline.
+Ratios = Mapping[str, Mapping[str, Mapping[int, float]]]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A speedup (or a ratio of two combinations) with its 95% interval over `rounds` rounds."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    rounds: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"estimate": _r(self.estimate), "low": _r(self.low), "high": _r(self.high), "rounds": self.rounds}
+
+
+NO_FIGURE = Figure(None, None, None, 0)
+
+
+def _t_interval(logs: Sequence[float]) -> tuple[float | None, float | None]:
+    xs = np.asarray([x for x in logs if math.isfinite(x)], dtype=float)
+    if len(xs) < 2:
+        return None, None
+    if np.all(xs == xs[0]):
+        return math.exp(xs[0]), math.exp(xs[0])
+    ci = sps.ttest_1samp(xs, 0.0).confidence_interval(CONFIDENCE)
+    return math.exp(ci.low), math.exp(ci.high)
+
+
+def task_figure(rounds: Mapping[int, float]) -> Figure:
+    """One task's speedup: the geometric mean over rounds, Student-t interval on the logs."""
+    logs = [math.log(v) for v in rounds.values() if v and v > 0]
+    if not logs:
+        return NO_FIGURE
+    lo, hi = _t_interval(logs)
+    return Figure(math.exp(statistics.fmean(logs)), lo, hi, len(logs))
+
+
+def round_logs(per_task: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
+    """Each round's mean log ratio over the tasks that have one in it (the round's geometric mean)."""
+    by: dict[int, list[float]] = {}
+    for rounds in per_task.values():
+        for r, v in rounds.items():
+            if v and v > 0:
+                by.setdefault(r, []).append(math.log(v))
+    return {r: statistics.fmean(xs) for r, xs in sorted(by.items())}
+
+
+def overall_figure(per_task: Mapping[str, Mapping[int, float]]) -> Figure:
+    """The geometric mean over tasks of the per-task figures; Student-t interval over rounds of each round's
+    mean log ratio across tasks."""
+    meds = [f.estimate for f in (task_figure(r) for r in per_task.values()) if f.estimate]
+    if not meds:
+        return NO_FIGURE
+    logs = round_logs(per_task)
+    lo, hi = _t_interval(list(logs.values()))
+    return Figure(math.exp(statistics.fmean(math.log(m) for m in meds)), lo, hi, len(logs))
+
+
+def rank(ratios: Ratios) -> list[tuple[str, float]]:
+    """Combinations by their overall figure, best first (those without a paired round are left out)."""
+    figs = [(c, overall_figure(per_task).estimate) for c, per_task in ratios.items()]
+    return sorted(((c, e) for c, e in figs if e is not None), key=lambda x: -x[1])
+
+
+def paired(a: Mapping[str, Mapping[int, float]], b: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
+    """Per round, the mean over shared tasks of log(a / b): two combinations compared within rounds."""
+    by: dict[int, list[float]] = {}
+    for task, ra in a.items():
+        for r, va in ra.items():
+            vb = b.get(task, {}).get(r)
+            if va and vb and va > 0 and vb > 0:
+                by.setdefault(r, []).append(math.log(va / vb))
+    return {r: statistics.fmean(xs) for r, xs in sorted(by.items())}
+
+
+def p_value(logs: Sequence[float]) -> float | None:
+    """Two-sided p of a one-sample t-test that the mean log ratio is 0 (None with fewer than 2 rounds; 1 when
+    every round gives exactly the same ratio of 1, 0 when every round gives the same other ratio)."""
+    xs = np.asarray(list(logs), dtype=float)
+    if len(xs) < 2:
+        return None
+    if np.all(xs == xs[0]):
+        return 1.0 if xs[0] == 0 else 0.0
+    return float(sps.ttest_1samp(xs, 0.0).pvalue)
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm-adjusted p-values (inference.holm_adjusted); None (no test: too few rounds) stays None and does not
+    count in the family."""
+    tested = [i for i, p in enumerate(pvalues) if p is not None]
+    out: list[float | None] = [None] * len(pvalues)
+    for i, adj in zip(tested, inf.holm_adjusted([pvalues[i] for i in tested]), strict=True):
+        out[i] = adj
+    return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One combination against the best in a scope: its figure, the ratio to the best with interval, the raw and
+    Holm-adjusted p-values, and whether it is distinguishable (worse) at the family-wise ALPHA."""
+
+    combination: str
+    figure: Figure
+    vs_best: Figure
+    p: float | None
+    p_holm: float | None
+    distinguishable: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"combination": self.combination, "figure": self.figure.as_dict(), "vs_best": self.vs_best.as_dict(),
+                "p": None if self.p is None else round(self.p, 6),
+                "p_holm": None if self.p_holm is None else round(self.p_holm, 6),
+                "distinguishable": self.distinguishable}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The best combination of a scope (one task, or all: task None) and every combination against it."""
+
+    task: str | None
+    best: str
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def tied(self) -> list[str]:
+        """The combinations not distinguishable from the best (the best itself first)."""
+        return [self.best] + [c.combination for c in self.candidates
+                              if c.combination != self.best and not c.distinguishable]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "best": self.best, "tied": self.tied,
+                "candidates": [c.as_dict() for c in self.candidates]}
+
+
+def _ratio_figure(logs: Mapping[int, float]) -> Figure:
+    if not logs:
+        return NO_FIGURE
+    lo, hi = _t_interval(list(logs.values()))
+    return Figure(math.exp(statistics.fmean(logs.values())), lo, hi, len(logs))
+
+
+def select(ratios: Ratios, task: str | None = None) -> Selection | None:
+    """The best combination in one task (or over all tasks: task None) and each other one against it, Holm over
+    the family of comparisons; None when no combination has a paired round there."""
+    scoped = {c: ({task: per_task.get(task, {})} if task is not None else per_task) for c, per_task in ratios.items()}
+    figs = {c: (task_figure(pt[task]) if task is not None else overall_figure(pt)) for c, pt in scoped.items()}
+    ranked = sorted((c for c in figs if figs[c].estimate is not None), key=lambda c: -figs[c].estimate)
+    if not ranked:
+        return None
+    best = ranked[0]
+    others = ranked[1:]
+    logs = {c: paired(scoped[c], scoped[best]) for c in others}
+    raw = [p_value(list(logs[c].values())) for c in others]
+    adjusted = holm(raw)
+    cands = [Candidate(best, figs[best], Figure(1.0, 1.0, 1.0, figs[best].rounds), None, None, False)]
+    cands += [Candidate(c, figs[c], _ratio_figure(logs[c]), p, pa, pa is not None and pa < ALPHA)
+              for c, p, pa in zip(others, raw, adjusted, strict=True)]
+    return Selection(task, best, tuple(cands))
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The winner and the runner-up in the rounds after the sweep: each one's figure overall and per task, and the
+    winner over the runner-up paired by round."""
+
+    rounds: tuple[int, ...]
+    winner: str
+    runner_up: str | None
+    winner_figure: Figure
+    runner_up_figure: Figure
+    winner_tasks: dict[str, Figure] = field(default_factory=dict)
+    runner_up_tasks: dict[str, Figure] = field(default_factory=dict)
+    winner_vs_runner_up: Figure = NO_FIGURE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rounds": list(self.rounds), "winner": self.winner, "runner_up": self.runner_up,
+                "winner_figure": self.winner_figure.as_dict(), "runner_up_figure": self.runner_up_figure.as_dict(),
+                "winner_tasks": {t: f.as_dict() for t, f in self.winner_tasks.items()},
+                "runner_up_tasks": {t: f.as_dict() for t, f in self.runner_up_tasks.items()},
+                "winner_vs_runner_up": self.winner_vs_runner_up.as_dict()}
+
+
+def confirm(confirm_ratios: Ratios, winner: str, runner_up: str | None) -> Confirmation | None:
+    """The confirmation figures from the rounds after the sweep alone; None without any such round."""
+    w = confirm_ratios.get(winner, {})
+    rounds = sorted({r for per in confirm_ratios.values() for rr in per.values() for r in rr})
+    if not rounds or not any(w.values()):
+        return None
+    ru = confirm_ratios.get(runner_up, {}) if runner_up else {}
+    return Confirmation(tuple(rounds), winner, runner_up, overall_figure(w), overall_figure(ru) if ru else NO_FIGURE,
+                        {t: task_figure(r) for t, r in w.items() if r}, {t: task_figure(r) for t, r in ru.items() if r},
+                        _ratio_figure(paired(w, ru)) if ru else NO_FIGURE)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A swept entry: its combinations, the overall and per-task selections from the sweep's rounds, and the
+    confirmation of the winner (the overall best) and the runner-up."""
+
+    family: str
+    host: str
+    combinations: tuple[str, ...]
+    overall: Selection | None
+    tasks: tuple[Selection, ...]
+    confirmation: Confirmation | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "host": self.host, "combinations": list(self.combinations),
+                "overall": self.overall.as_dict() if self.overall else None,
+                "tasks": [s.as_dict() for s in self.tasks],
+                "confirmation": self.confirmation.as_dict() if self.confirmation else None}
+
+
+def split_rounds(ratios: Ratios, confirm_from: int | None) -> tuple[dict, dict]:
+    """The ratios of the sweep's rounds and those of the confirmation rounds (from `confirm_from` on)."""
+    def keep(pred) -> dict:
+        return {c: {t: {r: v for r, v in rr.items() if pred(r)} for t, rr in pt.items()} for c, pt in ratios.items()}
+    if confirm_from is None:
+        return keep(lambda r: True), {}
+    return keep(lambda r: r < confirm_from), keep(lambda r: r >= confirm_from)
+
+
+def analyse(family: str, host: str, ratios: Ratios, tasks: Sequence[str], confirm_from: int | None,
+            confirmed: Sequence[str] = ()) -> SweepResult:
+    """A sweep's honest winner: selections from the sweep's rounds, and the confirmation of the combinations the
+    run chose to confirm (`confirmed`, best first; else the sweep's best two)."""
+    sweep_r, confirm_r = split_rounds(ratios, confirm_from)
+    overall = select(sweep_r)
+    per_task = tuple(s for s in (select(sweep_r, t) for t in tasks) if s is not None)
+    top = list(confirmed) or [c for c, _ in rank(sweep_r)[:2]]
+    conf = confirm(confirm_r, top[0], top[1] if len(top) > 1 else None) if top and confirm_r else None
+    return SweepResult(family, host, tuple(ratios), overall, per_task, conf)

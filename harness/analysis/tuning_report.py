@@ -1,0 +1,281 @@
+"""The report's sweep and serving sections and their plots, from a summary's `sweeps` and `serving` parts
+(harness/analysis/tuning.py). Every name from the run folder is escaped for Markdown and drawn as plain text."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness import formatter as fm
+from harness.files import atomic_write_bytes
+
+
+def _table(rows: list[list[Any]], headers: list[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _fig(f: dict[str, Any] | None) -> str:
+    """'1.23x [1.10, 1.37]' from a figure's dict; '-' without an estimate."""
+    if not f or f.get("estimate") is None:
+        return fm.DASH
+    iv = fm.interval(f.get("low"), f.get("high")) if f.get("low") is not None else "(no interval)"
+    return f"{fm.ratio(f['estimate'])} {iv}"
+
+
+def _rounds(rounds: list[int]) -> str:
+    return f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
+
+
+def _who(res: dict[str, Any], several_hosts: bool) -> str:
+    return fm.md(f"{res['host']}: {res['family']}" if several_hosts else res["family"])
+
+
+def _standing(vs: dict[str, Any]) -> str:
+    """The winner against the runner-up in the confirmation rounds, in words."""
+    if vs.get("low") is None:
+        return "too few rounds to compare them"
+    if vs["low"] > 1:
+        return "the winner stays ahead"
+    if vs["high"] < 1:
+        return "the runner-up is ahead: the sweep's order did not hold"
+    return "the two are not distinguishable"
+
+
+def sweep_text(res: dict[str, Any], several_hosts: bool) -> list[str]:
+    """One sweep: the headline (confirmed winner beside its sweep figure), every combination against the best,
+    and each task's best."""
+    overall = res["overall"]
+    if overall is None:
+        return [f"#### Sweep {_who(res, several_hosts)}", "", "no paired rounds: nothing to choose from", ""]
+    conf = res["confirmation"]
+    sweep_fig = {c["combination"]: c["figure"] for c in overall["candidates"]}
+    out = [f"#### Sweep {_who(res, several_hosts)}: {len(res['combinations'])} combinations", ""]
+    if conf:
+        w, ru = conf["winner"], conf["runner_up"]
+        n = len(conf["rounds"])
+        out.append(f"**Winner {fm.md(w)}: confirmed {_fig(conf['winner_figure'])}** in {n} fresh "
+                   f"round{'s' if n > 1 else ''} ({_rounds(conf['rounds'])}); in the sweep {_fig(sweep_fig.get(w))}.")
+        if ru:
+            out.append(f"Runner-up {fm.md(ru)}: confirmed {_fig(conf['runner_up_figure'])}; in the sweep "
+                       f"{_fig(sweep_fig.get(ru))}. Winner over runner-up in the confirmation rounds: "
+                       f"{_fig(conf['winner_vs_runner_up'])}: {_standing(conf['winner_vs_runner_up'])}.")
+    else:
+        out.append(f"**Best in the sweep: {fm.md(overall['best'])}, {_fig(sweep_fig[overall['best']])}**, not "
+                   "confirmed (no confirmation rounds): the best of several noisy combinations reads high.")
+    tied = overall["tied"]
+    out += ["", f"Not distinguishable from the best (Holm, family-wise 5%): {', '.join(fm.md(t) for t in tied)}"
+            if len(tied) > 1 else "Every other combination is worse than the best (Holm, family-wise 5%).", ""]
+    confirmed = {}
+    if conf:
+        confirmed = {conf["winner"]: conf["winner_figure"]}
+        if conf["runner_up"]:
+            confirmed[conf["runner_up"]] = conf["runner_up_figure"]
+    rows = []
+    for c in overall["candidates"]:
+        mark = ("best" if c["combination"] == overall["best"] else "worse" if c["distinguishable"]
+                else "not distinguishable")
+        rows.append([fm.md(c["combination"]), _fig(c["figure"]),
+                     fm.DASH if c["combination"] == overall["best"] else _fig(c["vs_best"]),
+                     fm.num(c["p_holm"], 3), mark, _fig(confirmed.get(c["combination"]))])
+    out += [_table(rows, ["combination", "speedup (sweep)", "vs best, by round", "p (Holm)", "", "confirmed"]), ""]
+    if res["tasks"]:
+        rows = []
+        for t in res["tasks"]:
+            best = next(c for c in t["candidates"] if c["combination"] == t["best"])
+            conf_t = (conf or {}).get("winner_tasks", {}).get(t["task"])
+            rows.append([fm.md(t["task"]), fm.md(t["best"]), _fig(best["figure"]),
+                         ", ".join(fm.md(x) for x in t["tied"][1:]) or fm.DASH,
+                         _fig(conf_t) if conf_t else fm.DASH])
+        out += ["Per task (sweep rounds; the overall winner's confirmed figure on the task beside it):", "",
+                _table(rows, ["task", "best", "speedup (sweep)", "not distinguishable from it",
+                              "winner, confirmed"]), ""]
+    return out
+
+
+def serving_text(part: dict[str, Any], several_hosts: bool) -> list[str]:
+    """One host's serving curves and where batching overtakes each speculative strategy."""
+    host = f" on {fm.md(part['host'])}" if several_hosts else ""
+    rows = []
+    for pts in part["curves"].values():
+        for p in pts:
+            agg = p["aggregate_tok_s"]
+            spec = {True: "yes", False: "no", None: fm.DASH}[p["speculating"]]
+            rows.append([fm.md(p["strategy"]), p["streams"], fm.rate(agg["estimate"]),
+                         fm.interval(agg["low"], agg["high"], 1) if agg["low"] is not None else fm.DASH,
+                         fm.rate(p["per_stream_tok_s"]), fm.num(p["tpot_ms"], 1), fm.num(p["ttft_ms"], 1),
+                         fm.num(p["itl_p50_ms"], 1), fm.num(p["itl_p99_ms"], 1), spec])
+    out = [_table(rows, ["strategy", "clients", "aggregate tok/s", "95% interval", "per-stream tok/s",
+                         "ms per token", "TTFT ms", "ITL p50 ms", "ITL p99 ms", "speculating (/slots)"]), ""]
+    for c in part["crossovers"]:
+        steps = []
+        for lv in c["levels"]:
+            at = ("no level" if lv["speculative_streams"] is None else
+                  f"{lv['speculative_streams']} slot{'s' if lv['speculative_streams'] > 1 else ''}")
+            steps.append(f"{lv['streams']} client{'s' if lv['streams'] > 1 else ''}: {_fig(lv['ratio'])} "
+                         f"(speculation at {at})")
+        last = c["levels"][-1]["streams"] if c["levels"] else None
+        first = c["levels"][0] if c["levels"] else None
+        if first and first["streams"] == c["overtaken_at"] and first["streams"] == first["speculative_streams"]:
+            verdict = (f"speculation is slower than the baseline already at {first['streams']} client"
+                       f"{'s' if first['streams'] > 1 else ''}: there is nothing for batching to overtake")
+        elif c["overtaken_at"] is not None:
+            verdict = f"**batching overtakes speculation at {c['overtaken_at']} concurrent clients{host}**"
+        elif c["estimate_below_at"] is not None:
+            verdict = (f"batching gives more from {c['estimate_below_at']} client(s) on the estimate, but not "
+                       f"certainly (the interval reaches 1) up to {last}")
+        else:
+            verdict = f"batching does not overtake speculation up to {last} clients{host}"
+        out.append(f"- **{fm.md(c['strategy'])}** against {fm.md(c['baseline'])} (aggregate tok/s, speculation / "
+                   f"baseline): {'; '.join(steps)}: {verdict}.")
+    return out + [""]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:80]
+
+
+def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
+    """A line per value of the other swept flags, the first flag's values along x, the sweep figure with its
+    interval, and the confirmed figures of the winner and runner-up as stars."""
+    overall = res["overall"]
+    if overall is None:
+        return None
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = {c["combination"]: c["figure"] for c in overall["candidates"]}
+    values = {c: dict(v) for c, v in res.get("values", {}).items()}
+    first = next(iter(next(iter(values.values()))), None) if values else None
+    with plt.rc_context({"text.usetex": False}):
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        xs_all = list(dict.fromkeys(v.get(first) for v in values.values()))
+        lines: dict[str, list[str]] = {}
+        for c, v in values.items():
+            rest = ", ".join(f"{k.lstrip('-')}={x}" for k, x in v.items() if k != first) or "sweep"
+            lines.setdefault(rest, []).append(c)
+        for rest, combos in lines.items():
+            pts = [(xs_all.index(values[c].get(first)), figs[c]) for c in combos if figs.get(c, {}).get("estimate")]
+            pts.sort()
+            ys = [f["estimate"] for _, f in pts]
+            lo = [max(0.0, y - (f["low"] if f["low"] is not None else y)) for y, (_, f) in zip(ys, pts, strict=True)]
+            hi = [max(0.0, (f["high"] if f["high"] is not None else y) - y) for y, (_, f) in zip(ys, pts, strict=True)]
+            ax.errorbar([x for x, _ in pts], ys, yerr=[lo, hi], marker="o", capsize=3, label=rest)
+        conf = res.get("confirmation")
+        shown = [f["estimate"] for f in figs.values() if f.get("estimate")]
+        if conf:
+            for key, fkey, marker, dx in (("winner", "winner_figure", "*", 0.1), ("runner_up", "runner_up_figure", "P",
+                                                                                   -0.1)):
+                c, f = conf.get(key), conf.get(fkey) or {}
+                if c in values and f.get("estimate"):
+                    x = xs_all.index(values[c].get(first))
+                    est = f["estimate"]
+                    shown.append(est)
+                    err = [[max(0.0, est - (f["low"] or est))], [max(0.0, (f["high"] or est) - est)]]
+                    ax.errorbar([x + dx], [est], yerr=err, marker=marker, markersize=11, color="black",
+                                capsize=3, linestyle="none", label=f"confirmed {key.replace('_', '-')}: {c}")
+        ax.set_yscale("log")  # speedups are ratios; an interval of a few rounds is wide upward
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.set_ylim(min(shown + [1.0]) / 2, max(shown + [1.0]) * 2)  # estimates in view, wild intervals cut
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xticks(range(len(xs_all)), [str(x) for x in xs_all])
+        ax.set_xlabel(str(first), parse_math=False)
+        ax.set_ylabel("speedup vs baseline (95% interval)")
+        ax.set_title(f"sweep {res['family']} ({res['host']})", parse_math=False)
+        for text in ax.legend(fontsize=7).get_texts():
+            text.set_parse_math(False)
+        return _save(plt, fig, path)
+
+
+def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
+    """Aggregate tok/s against per-stream time per token, a line per strategy through its levels (N marked)."""
+    if not part["curves"]:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context({"text.usetex": False}):
+        fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=100)
+        top = 0.0
+        for family, pts in part["curves"].items():
+            pts = [p for p in pts if p["tpot_ms"] and p["aggregate_tok_s"]["estimate"]]
+            if not pts:
+                continue
+            xs = [p["tpot_ms"] for p in pts]
+            ys = [p["aggregate_tok_s"]["estimate"] for p in pts]
+            lo = [max(0.0, y - (p["aggregate_tok_s"]["low"] or y)) for y, p in zip(ys, pts, strict=True)]
+            hi = [max(0.0, (p["aggregate_tok_s"]["high"] or y) - y) for y, p in zip(ys, pts, strict=True)]
+            label = pts[0]["strategy"] if len(pts) == 1 else family
+            line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
+            top = max(top, *ys)
+            for x, y, p in zip(xs, ys, pts, strict=True):
+                ax.annotate(f"N={p['streams']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                            color=line[0].get_color())
+        ax.set_ylim(0, top * 1.6 or 1)  # estimates in view, wild intervals cut
+        ax.set_xlabel("per-stream latency: ms per output token")
+        ax.set_ylabel("aggregate tok/s (95% interval)")
+        ax.set_title(f"serving: throughput against latency ({part['host']})", parse_math=False)
+        for text in ax.legend(fontsize=7).get_texts():
+            text.set_parse_math(False)
+        return _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
+    return path
+
+
+def write_plots(summary: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """The sweep and serving plots of a summary into its run folder: key -> file."""
+    out: dict[str, Path] = {}
+    several = len(summary["hosts"]) > 1
+    for res in summary.get("sweeps", []):
+        name = f"sweep-{_safe(res['host']) + '-' if several else ''}{_safe(res['family'])}.png"
+        p = plot_sweep(res, folder / name)
+        if p:
+            out[f"sweep:{res['host']}:{res['family']}"] = p
+    for part in summary.get("serving", []):
+        p = plot_serving(part, folder / f"serving{'-' + _safe(part['host']) if several else ''}.png")
+        if p:
+            out[f"serving:{part['host']}"] = p
+    return out
+
+
+def section(summary: dict[str, Any], out_path: Path, plots: dict[str, Path]) -> str:
+    """The report's sweep and serving sections for one run ('' for a run with neither)."""
+    several = len(summary["hosts"]) > 1
+
+    def image(key: str, alt: str) -> list[str]:
+        if key not in plots:
+            return []
+        rel = os.path.relpath(plots[key].resolve(), out_path.resolve().parent)
+        return [f"![{alt}]({Path(rel).as_posix()})", ""]
+
+    parts: list[str] = []
+    if summary.get("sweeps"):
+        parts += ["### Sweeps: which setting (the winner confirmed in fresh rounds)", "",
+                  f"> {fm.md(summary['rules_sweep'], 1200)}", ""]
+        for res in summary["sweeps"]:
+            parts += sweep_text(res, several)
+            parts += image(f"sweep:{res['host']}:{res['family']}", "sweep: speedup per combination, 95% intervals")
+    if summary.get("serving"):
+        parts += ["### Serving: throughput against per-stream latency at N concurrent clients", "",
+                  f"> {fm.md(summary['rules_serving'], 1200)}", ""]
+        for part in summary["serving"]:
+            parts += serving_text(part, several)
+            parts += image(f"serving:{part['host']}", "serving curve: aggregate tok/s against ms per token")
+    return "\n".join(parts)

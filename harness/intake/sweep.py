@@ -1,0 +1,165 @@
+"""A manifest's strategy entries as strategies, sweeps and concurrency levels expanded: one entry with
+`sweep: {flag: [values]}` and/or `parallel: [N, ...]` becomes one strategy per combination, each measured like any
+other (fresh container each, rounds, pairing).
+
+A combination is named by its values: `draft-simple[p-min=0.75,n-max=8]`. Of a list of concurrency levels, each
+level above 1 adds `parallel=N` (`baseline[parallel=4]`) and level 1 keeps the plain name, so the single-stream
+strategy is the one other strategies pair with; one level (`parallel: N`) keeps the plain name too. Only flags of
+the allow-list (harness/intake/flags.py) that take one value may be swept; the schema bounds how many flags,
+values and levels, and this module bounds the combinations."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from harness.intake import flags
+from harness.intake.bounded_yaml import ManifestError
+
+#: Combinations of one strategy's sweep (values multiplied), before concurrency levels.
+MAX_COMBINATIONS = 32
+#: Strategies of a whole manifest after expansion.
+MAX_EXPANDED = 256
+#: A combination's name (its family id, the values, the level) in characters.
+MAX_ID_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """One strategy of an expanded entry: its id, the (flag, value) pairs it adds, and its concurrency level."""
+
+    id: str
+    sweep: tuple[tuple[str, str], ...]
+    parallel: int
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be expanded; `field` is the field path below the strategy, `message` what is wrong."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def value_text(value: Any) -> str:
+    """A swept value as llama-server reads it: 8 -> '8', 0.75 -> '0.75', 'q8_0' -> 'q8_0'."""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def short_names(swept: list[str]) -> dict[str, str]:
+    """Each flag's name inside a combination's id: its last two words (`--spec-draft-p-min` -> `p-min`), or the
+    whole flag without dashes where two flags of the sweep would share the short name."""
+    def short(flag: str) -> str:
+        return "-".join(flag.lstrip("-").split("-")[-2:])
+    shorts = [short(f) for f in swept]
+    return {f: (s if shorts.count(s) == 1 else f.lstrip("-")) for f, s in zip(swept, shorts, strict=True)}
+
+
+def check_flag(flag: str, args: tuple[str, ...], server_args: tuple[str, ...]) -> str | None:
+    """Why a flag cannot be swept (None when it can): only allowed flags that take one value, not the slot count
+    (that is `parallel`), and not one the strategy or the manifest already gives (which value would win?)."""
+    name, inline = flags.normalise(flag)
+    if inline is not None or name != flag:
+        return f"{flag!r}: expected a flag as llama-server spells it (dashes, no value)"
+    if name in flags.RESERVED:
+        return f"{flag!r} cannot be swept: {flags.RESERVED[name]}"
+    if name in ("-np", "--parallel"):
+        return "give concurrency levels with parallel: [1, 2, 4], not as a swept flag"
+    if flags.ALLOWED.get(name) != 1:
+        return (f"{flag!r} is not an allowed llama-server flag that takes a value (see harness/intake/flags.py)"
+                if name not in flags.ALLOWED else f"{flag!r} takes no value: nothing to sweep")
+    for where, given in (("args", args), ("server_args", server_args)):
+        if name in {flags.normalise(a)[0] for a in given}:
+            return f"{flag!r} is also given in {where}; sweep it or give it there, not both"
+    return None
+
+
+def levels(raw: Any) -> list[int]:
+    """A strategy's concurrency levels: `parallel: N` or `parallel: [N, ...]` (default 1)."""
+    if raw is None:
+        return [1]
+    return [int(raw)] if isinstance(raw, int) else [int(n) for n in raw]
+
+
+def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw_parallel: Any,
+           args: tuple[str, ...], server_args: tuple[str, ...]) -> list[Expanded]:
+    """The strategies one manifest entry stands for, combinations outermost, levels innermost; SweepError on the
+    first problem. Without a sweep and with one level it is the entry itself."""
+    sweep = raw_sweep or {}
+    if sweep and spec_type == "none":
+        raise SweepError("sweep", "a baseline (spec_type none) is the reference every combination pairs with; "
+                         "sweep a speculative strategy")
+    for flag in sweep:
+        problem = check_flag(flag, args, server_args)
+        if problem is not None:
+            raise SweepError(f"sweep.{flag}", problem)
+    combos = 1
+    for values in sweep.values():
+        combos *= len(values)
+    if combos > MAX_COMBINATIONS:
+        sizes = " x ".join(str(len(v)) for v in sweep.values())
+        raise SweepError("sweep", f"{sizes} = {combos} combinations; at most {MAX_COMBINATIONS}")
+    texts = {f: [value_text(v) for v in vs] for f, vs in sweep.items()}
+    for f, vs in texts.items():
+        for v in vs:
+            problem = flags.check([f, v])
+            if problem is not None:
+                raise SweepError(f"sweep.{f}", problem.message)
+        if len(set(vs)) != len(vs):
+            raise SweepError(f"sweep.{f}", f"values {vs} repeat once written as llama-server reads them")
+    ns = levels(raw_parallel)
+    names = short_names(list(sweep))
+    out = []
+    for combo in itertools.product(*[[(f, v) for v in vs] for f, vs in texts.items()]):
+        for n in ns:
+            # one level (`parallel: N`, as before lists) keeps the plain name; of several, level 1 does
+            parts = [f"{names[f]}={v}" for f, v in combo] + ([f"parallel={n}"] if n != 1 and len(ns) > 1 else [])
+            eid = f"{sid}[{','.join(parts)}]" if parts else sid
+            if len(eid) > MAX_ID_LENGTH:
+                raise SweepError("sweep", f"the combination name {eid[:60]!r}... is longer than {MAX_ID_LENGTH} "
+                                 "characters; shorter values or fewer flags")
+            out.append(Expanded(eid, tuple(combo), n))
+    return out
+
+
+def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], where: str,
+          before: int) -> list[Expanded]:
+    """One schema-checked strategy entry of a manifest (its `args` already allowed; `before` strategies expanded
+    ahead of it) as the strategies it stands for; ManifestError naming `where` and the field below the entry on the
+    first problem: an id given before, slots given in args beside levels, a `baseline` that is no baseline entry, a
+    sweep that cannot be expanded, too many strategies in all."""
+    try:
+        ids = [e["id"] for e in manifest["strategies"]]
+        if manifest["strategies"][ids.index(raw["id"])] is not raw:  # combinations are named after their entry
+            raise SweepError("id", f"duplicate id {raw['id']!r} (also strategies[{ids.index(raw['id'])}])")
+        if levels(raw.get("parallel")) != [1] and {"--parallel", "-np"} & {flags.normalise(a)[0] for a in args}:
+            raise SweepError("args", "give the number of slots with parallel, not --parallel in args")
+        base = raw.get("baseline")
+        kinds = {e["id"]: e["spec_type"] for e in manifest["strategies"]}
+        if base is not None and base not in kinds:
+            raise SweepError("baseline", f"{base!r} is not a strategy id (expected one of {sorted(kinds)})")
+        if base is not None and kinds[base] != "none":
+            raise SweepError("baseline", f"{base!r} is not a baseline (spec_type {kinds[base]!r}, expected 'none')")
+        out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel"), args,
+                     tuple(manifest.get("server_args", ())))
+        if before + len(out) > MAX_EXPANDED:
+            raise SweepError("id", f"{before + len(out)} strategies once sweeps and levels are expanded; at most "
+                             f"{MAX_EXPANDED}")
+    except SweepError as e:
+        raise ManifestError(f"{where}.{e.field}: {e.message}") from None
+    return out
+
+
+def at_level(strategies: list[Any], parallel: int) -> Any:
+    """Of some strategies (of one entry, or the baselines of one target), the one at a concurrency level, else
+    the first; None when there is none."""
+    return next((s for s in strategies if s.parallel == parallel), strategies[0] if strategies else None)
+
+
+def sweep_args(e: Expanded) -> tuple[str, ...]:
+    """The llama-server arguments a combination adds to its strategy's own."""
+    return tuple(x for pair in e.sweep for x in pair)
