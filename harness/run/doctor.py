@@ -9,6 +9,7 @@ from harness import KitError
 from harness.files import file_sha256
 from harness.formatter import console
 from harness.hosts import devices
+from harness.hosts.access import VISIBLE_ENV
 from harness.hosts.engine import Engine
 from harness.hosts.environment import nvidia_smi
 from harness.hosts.remote import SENT_FOLDER
@@ -143,7 +144,7 @@ def vulkan_items(engine: Engine, manifest: Manifest, image: str | None) -> list[
         return items + [Item("llama.cpp device", False, problem,
                              "sudo usermod -aG render,video $USER (then log in again), and check that "
                              "/dev/dri/renderD* exists")]
-    used = (f"Vulkan {index} ({devices.VISIBLE_ENV}={index}: llama.cpp skips software devices unless told)"
+    used = (f"Vulkan {index} ({VISIBLE_ENV}={index}: llama.cpp skips software devices unless told)"
             if index is not None else "llama.cpp's own choice: " + ", ".join(
                 f"Vulkan {d.index}" for d in found if d.software is None))
     return items + [Item("llama.cpp device", True, used)]
