@@ -180,8 +180,8 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
     engine = LocalEngine(docker_client)
     rec = bd.build(engine, trusted(m, True), offline_base=True, log=lines.append)  # a local tree
     assert rec["plan"]["base_image"] == cuda_bases.builder and rec["plan"]["registry_free"]
-    if not rec["reused"]:
-        log = "\n".join(lines)
+    log = "\n".join(lines)
+    if not rec["reused"] and "Configuring done" in log:  # the compile ran (not a layer the engine had cached)
         assert "The CUDA compiler identification is NVIDIA 13.0.88" in log
     assert rec["server_version"].startswith("no NVIDIA driver: libcuda.so.1")
     if not rec["reused"]:
