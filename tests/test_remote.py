@@ -135,7 +135,7 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
     import time
 
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] == "baseline"]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] == "baseline"])
     raw["tasks"] = [dict(t, n_predict=64) for t in raw["tasks"] if t["id"] in ("zh-prose", "en-prose", "code-gen")]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "drop.yaml")
@@ -159,7 +159,7 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
                     progress=False, engines=[eng], log=lambda s: None)
     assert "\n" not in str(e.value) and "resume with `invoke run --resume rdrop`" in str(e.value)
     first = RunDir.open(tmp_path / "r" / "rdrop").measurements()
-    assert 2 <= len(first) < 6
+    assert 2 <= len([r for r in first if "retake_of" not in r]) < 6
     eng2 = _remote(sshd, tmp_path)
     try:
         out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, resume="rdrop",
@@ -168,7 +168,9 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
         eng2.close()
     assert f"{len(first)} already recorded" in out
     final = RunDir.open(tmp_path / "r" / "rdrop").measurements()
-    assert len(final) == 6 == len({r["measurement_id"] for r in final})
+    # every planned measurement once (a measurement disturbed by other work may be retaken beside it)
+    assert len([r for r in final if "retake_of" not in r]) == 6
+    assert len(final) == len({r["measurement_id"] for r in final})
     assert LocalEngine().kit_containers("rdrop") == []
 
 

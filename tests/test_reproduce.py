@@ -21,7 +21,7 @@ from harness.models import generate
 from harness.run import runner
 from harness.share import bundle as bu
 from harness.share import reproduce
-from tests.conftest import DEMO, trusted, write_manifest
+from tests.conftest import DEMO, single_stream, trusted, write_manifest
 from tests.fakehub import FakeHub
 
 
@@ -69,7 +69,7 @@ def test_strict_validate_names_unpinned_fields(tmp_path):
 
 def _small_run(tmp_path, models_dir, run_id):
     raw = yaml.safe_load(DEMO.read_text())
-    raw["strategies"] = [s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")]
+    raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("json-out", "translate")]
     raw["runs"] = 3
     path = write_manifest(tmp_path / "shared", yaml.safe_dump(raw, allow_unicode=True), "shared.yaml")

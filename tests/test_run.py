@@ -188,7 +188,10 @@ def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):
     env = dict(os.environ, SPECBENCH_MODELS=str(models_dir), PYTHONUNBUFFERED="1")
     args = [sys.executable, "-m", "invoke", "-r", str(ROOT), "run", "--manifest", str(p), "--results",
             str(tmp_path / "r"), "--models-dir", str(models_dir), "--run-id", "int", "--no-progress"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # Ctrl-C as at a terminal, also where this suite was started in the background (which ignores SIGINT, and
+    # a child would inherit that)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     mfile = tmp_path / "r" / "int" / "measurements.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -353,8 +354,13 @@ def test_interrupted_download_leaves_nothing_behind(sandbox, monkeypatch, tiny_b
     with _StallingHub({"org/tiny/t.gguf": tiny_bytes}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         m = mf.load(_hub_manifest(sandbox.work / "m", hashlib.sha256(tiny_bytes).hexdigest()))
-        with pytest.raises(KeyboardInterrupt):
-            md.ensure(m, models, log=lambda s: None)
+        # Ctrl-C as at a terminal, also where this suite was started in the background (which ignores SIGINT)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                md.ensure(m, models, log=lambda s: None)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert hub.stalled.is_set()  # Ctrl-C came with half the file on disk
     assert sorted(p.name for p in models.iterdir()) == []
 
