@@ -99,6 +99,11 @@ def single_stream(strategies: list[dict]) -> list[dict]:
     return [{k: v for k, v in s.items() if k not in ("sweep", "parallel")} for s in strategies]
 
 
+def first_takes(recs: list[dict]) -> list[dict]:
+    """The planned measurements, without the retakes of disturbed ones (a busy machine makes some)."""
+    return [r for r in recs if "retake_of" not in r]
+
+
 def trusted(manifest: Path | mf.Manifest, trust_source: bool = False) -> trust.Trusted:
     """A manifest loaded once, with its trust decision, as a task hands it down (harness/intake/trust.py)."""
     return trust.decide(manifest if isinstance(manifest, mf.Manifest) else mf.load(manifest), trust_source)

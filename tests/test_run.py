@@ -18,7 +18,7 @@ from harness.intake import manifest as mf
 from harness.run import runner
 from harness.run.plan import confirm_rounds, make_plan
 from harness.store.rundir import RunDir
-from tests.conftest import DEMO, single_stream, trusted, write_manifest
+from tests.conftest import DEMO, first_takes, single_stream, trusted, write_manifest
 
 pytestmark = pytest.mark.image
 
@@ -34,16 +34,11 @@ def _demo_plan(demo_manifest):
     return plan, plan.confirm_measurements(confirm_rounds(demo_manifest, 2), baselines)
 
 
-def _first_takes(recs):
-    """The planned measurements, without the retakes of disturbed ones (a busy machine makes some)."""
-    return [r for r in recs if "retake_of" not in r]
-
-
 def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     recs = _records(demo_run)
     plan, confirm = _demo_plan(demo_manifest)
     planned = len(plan.items) + confirm
-    assert len(_first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 3 * 8
+    assert len(first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 3 * 8
     assert len(recs) - planned <= RunDir.open(demo_run).read_meta().plan.retake_cap == 17 * 8 * 2 // 10
     for r in recs:
         assert schema.errors("result", r) == []
@@ -87,7 +82,7 @@ def test_every_measurement_in_its_own_container_and_none_left(demo_run, docker_c
 def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
     recs = sorted(_records(demo_run), key=lambda r: r["order"])
     rounds = {}
-    for r in _first_takes(recs):
+    for r in first_takes(recs):
         rounds.setdefault(r["round"], []).append(f"{r['strategy']}/{r['task']}")
     # the planned rounds, then the confirmation rounds of the sweep's best two and their baseline
     assert set(rounds) == {1, 2, 3, 4}
@@ -209,10 +204,10 @@ def test_sigint_mid_run_then_resume(tmp_path, demo_image, models_dir):
     res = subprocess.run([*args[:-3], "--resume", "int", "--no-progress"], capture_output=True, text=True, env=env,
                          timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{len(_first_takes(first))} already recorded" in res.stdout
+    assert f"{len(first_takes(first))} already recorded" in res.stdout
     final = _records(tmp_path / "r" / "int")
     ids = [r["measurement_id"] for r in final]
-    assert len(_first_takes(final)) == 4 * 3 * 2 and len(ids) == len(set(ids))
+    assert len(first_takes(final)) == 4 * 3 * 2 and len(ids) == len(set(ids))
     assert [r["measurement_id"] for r in final[: len(first)]] == [r["measurement_id"] for r in first]
     assert sorted(r["order"] for r in final) == list(range(len(final)))
     assert LocalEngine().kit_containers("int") == []
