@@ -269,6 +269,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
                   "how much drift survives the pairing by rounds)",
     "retakes": "at most this many measurements that other work disturbed are measured again, each at the end of "
                "its round (default: the manifest's retakes, else 10% of the planned measurements; 0: none)",
+    "distribution": "draw the sampling study alone, N samples per strategy, prompt and arm (the manifest's "
+                    "`distribution:` settings, else temperature 0.8 on every task's first prompt): is each strategy "
+                    "lossless in distribution at temperature > 0? 0: skip the manifest's study",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -276,7 +279,7 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None):
+        retakes=None, distribution=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
@@ -284,6 +287,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     from harness.run import runner
 
     retakes = _int("--retakes", retakes, minimum=0)
+    distribution = _int("--distribution", distribution, minimum=0)
     # one load and one trust decision, before any engine is reached; the run is handed both
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     runs = runs or _cfg(c, "runs")
@@ -295,7 +299,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, build_missing=not no_build, retakes=retakes)
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes, distribution=distribution)
     print(out)
 
 

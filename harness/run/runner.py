@@ -5,6 +5,7 @@ land on one strategy. `reuse_server` runs the naive protocol on purpose (one ser
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from harness import LABEL_PREFIX, KitError
 from harness.analysis import convergence as cv
 from harness.analysis import sweep, tuning
 from harness.analysis.records import CellIndex, CellKey
-from harness.files import display_path
+from harness.files import display_path, now_iso
 from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import build, images, source
@@ -21,10 +22,10 @@ from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
 from harness.models import ensure as models
 from harness.models import gguf_facts, preflight
-from harness.run import bandwidth, metadata
+from harness.run import bandwidth, metadata, sampling, study
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
-from harness.run.plan import Plan, confirm_rounds, make_plan
+from harness.run.plan import Plan, confirm_rounds, make_plan, select
 from harness.run.protocol import PROTOCOLS, Context, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
@@ -90,7 +91,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
-        retakes: int | None = None, extend: Extender | None = None) -> str:
+        retakes: int | None = None, extend: Extender | None = None, distribution: int | None = None) -> str:
     """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
@@ -99,8 +100,9 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
     the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed are
     measured again at the end of their round (default: the manifest's, else 10% of the planned ones; run.json
-    records the cap). The image runs code from the manifest's source: the task decided once whether it may
-    (harness/intake/trust.py), before any engine was reached."""
+    records the cap). `distribution` None draws the manifest's sampling study (harness/run/sampling.py) after the
+    timed rounds, 0 none, N the study alone with N samples per arm. The image runs code from the manifest's
+    source: the task decided once whether it may (harness/intake/trust.py), before any engine was reached."""
     manifest = trusted.manifest
     meta = None
     if until is not None and not 0 < until < 1:
@@ -115,9 +117,15 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         record = meta.build
+        settings, alone = (study.from_meta(p.distribution) if p.distribution else None), p.runs == 0
+    else:
+        settings, alone = study.settings(manifest, distribution), bool(distribution)
     engines = engines or [LocalEngine()]
-    plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes)
+    plan, drawn = _plans(manifest, [e.name for e in engines], settings, alone, strategies, tasks, runs, seed,
+                         aa_control, retakes)
+    if alone and (until is not None or reuse_server or aa_control):
+        raise KitError("--distribution N draws the sampling study alone: --until, --reuse-server and --aa-control "
+                       "concern timed rounds, which it has none of")
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = models.ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
@@ -140,13 +148,39 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
                                {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control,
-                               confirm_rounds(manifest, plan.runs))
+                               confirm_rounds(manifest, plan.runs), drawn.as_meta() if drawn else None)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     if extend is None and until is not None:
         extend = converge(until)
     return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress,
-                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS)
+                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn)
+
+
+def _plans(manifest: mf.Manifest, hosts: list[str], settings: mf.Distribution | None, alone: bool,
+           strategies: list[str] | None, tasks: list[str] | None, runs: int | None, seed: int | None,
+           aa_control: bool, retakes: int | None) -> tuple[Plan, study.Study | None]:
+    """The timed plan and the sampling study of a run (None: no study); a study drawn alone plans no timed
+    measurement (0 runs) and names the strategies and tasks it samples. A selection (--strategy, --task-id) that
+    leaves the study nothing draws none, or for a study drawn alone is an error."""
+    picked_s, picked_t = select(manifest, strategies, tasks)
+    ids_s, ids_t = [s.id for s in picked_s], [t.id for t in picked_t]
+    if not alone:
+        plan = make_plan(manifest, hosts, strategies=strategies, tasks=tasks, runs=runs, shuffle_seed=seed,
+                         aa_control=aa_control, retakes=retakes)
+        return plan, (study.make_study(manifest, settings, hosts, plan.shuffle_seed, ids_s, ids_t)
+                      if settings is not None else None)
+    assert settings is not None
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    drawn = study.make_study(manifest, settings, hosts, seed, ids_s, ids_t)
+    if drawn is None:
+        raise KitError("--distribution: the selected strategies and tasks leave the sampling study nothing to draw "
+                       f"(it samples {', '.join(settings.strategies)} on "
+                       f"{', '.join(f'{t}/{p}' for t, p in settings.prompts)})")
+    sids = {a.strategy.id for a in drawn.arms}
+    tids = {t.id for t, _ in drawn.prompts}
+    return Plan([s for s in manifest.strategies if s.id in sids], [t for t in manifest.tasks if t.id in tids], 0,
+                seed, hosts), drawn
 
 
 #: Decides a run's next round after its planned ones: the cells to run and a line saying why, or None when done
@@ -241,19 +275,22 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
              progress: bool, access: dict[str, devices.Access], extend: Extender | None = None,
-             cap: int = DEFAULT_MAX_ROUNDS) -> str:
+             cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None) -> str:
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
                   access)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
-    log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
+    if plan.items or drawn is None:
+        log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
+    if drawn is not None:
+        log(f"run {rd.run_id}: {drawn.describe()}; shuffle seed {plan.shuffle_seed}")
     meta = rd.read_meta()
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
                         seed=plan.shuffle_seed)
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
-        if ctx.backend == "vulkan":
+        if ctx.backend == "vulkan" and plan.items:
             for e in engines:
                 warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
@@ -262,13 +299,31 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             _extend(plan, executor, rd, counts, log, extend, cap)
         if meta.plan.confirm_rounds and plan.sweeps() and not confirmed:
             _confirm(plan, executor, rd, counts, log)
+        sampled = _draw(ctx, engines, drawn, rd, log, progress) if drawn is not None else ""
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
             + (f", {counts['retakes']} disturbed measurement(s) measured again" if counts["retakes"] else "")
-            + f"; results in {rd.path}")
+            + sampled + f"; results in {rd.path}")
+
+
+def _draw(ctx: Context, engines: list[Engine], drawn: study.Study, rd: RunDir, log: Callable[[str], None],
+          progress: bool) -> str:
+    """The sampling study after the timed rounds, the run's status kept true while it draws; what it drew, in
+    words for the run's last line."""
+    rd.update_meta(status="running")
+    try:
+        c = sampling.draw(ctx, engines, drawn, rd, log, progress)
+    except BaseException:
+        meta = rd.read_meta()
+        rd.update_meta(status="interrupted", interruptions=[*meta.interruptions, {
+            "at": now_iso(), "done": len(rd.done_ids()), "batches": len(rd.samples())}])
+        raise
+    rd.update_meta(status="complete")
+    return (f"; sampling study: {c['ok']} batches ({c['samples']} samples) drawn, {c['failed']} failed"
+            + (f", {c['skipped']} already recorded" if c["skipped"] else ""))
 
 
 def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None],

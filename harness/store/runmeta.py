@@ -70,6 +70,8 @@ class PlanMeta:
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
     #: Confirmation rounds after a sweep (0: none).
     confirm_rounds: int = 0
+    #: The sampling study (harness/run/sampling.py `Study.as_meta`): settings and arms; None without one.
+    distribution: dict[str, Any] | None = None
 
     def confirm_from(self) -> int | None:
         """The first confirmation round, None when none was added."""
@@ -123,6 +125,8 @@ class RunMeta:
             s["sweep"] = [list(pair) for pair in s["sweep"]]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
+        if out["plan"]["distribution"] is None:  # a run without a sampling study keeps the file it always had
+            del out["plan"]["distribution"]
         order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
         return {k: out[k] for k in order if out[k] is not None} | {k: v for k, v in out.items() if k not in order}
 
@@ -145,7 +149,8 @@ class RunMeta:
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", []),
-                          confirm_rounds=obj["plan"].get("confirm_rounds", 0)),
+                          confirm_rounds=obj["plan"].get("confirm_rounds", 0),
+                          distribution=obj["plan"].get("distribution")),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
 
@@ -163,6 +168,15 @@ def check_references(obj: dict[str, Any], where: str) -> None:
         unknown = [x for x in obj["plan"][kind] if x not in ids]
         if unknown:
             raise KitError(f"{where}: plan.{kind}: {unknown[0]!r} is not one of the run's {kind}")
+    study = obj["plan"].get("distribution") or {}
+    for i, arm in enumerate(study.get("arms", [])):
+        if arm["strategy"] not in strategies:
+            raise KitError(f"{where}: plan.distribution.arms[{i}].strategy: {arm['strategy']!r} is not a strategy id")
+    prompts = {(t["id"], p["id"]) for t in obj["tasks"] for p in t["prompts"]}
+    for i, pair in enumerate(study.get("prompts", [])):
+        if tuple(pair) not in prompts:
+            raise KitError(f"{where}: plan.distribution.prompts[{i}]: {'/'.join(pair)!r} is not a prompt of the "
+                           "run's tasks")
     for i, s in enumerate(obj["strategies"]):
         for key in ("model", "draft"):
             if s[key] is not None and s[key] not in obj["models"]:
