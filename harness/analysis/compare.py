@@ -12,8 +12,8 @@ from tabulate import tabulate
 
 from harness import formatter as fm
 from harness.analysis import inference as inf
+from harness.analysis import lossless, lossless_report, stats, words
 from harness.analysis import reproduction as rp
-from harness.analysis import stats, words
 from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -134,12 +134,23 @@ def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN) -> dict[str, Any]
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     overall = ("not comparable: the runs measured different things (" + ", ".join(blocking) + ")") if blocking \
         else words.headline(rep)
+    dist = lossless.compare(_study(ma, ra), _study(mb, rb), {hb: ha for ha, hb in pairs})
+    if dist and dist["changed"]:
+        overall += (f"; {dist['changed']} distribution verdict{'s' if dist['changed'] > 1 else ''} changed "
+                    "(lossless in distribution, below)")
     return {"a": {"run_id": ma.run_id, "path": str(dir_a), "hosts": ma.plan.hosts},
             "b": {"run_id": mb.run_id, "path": str(dir_b), "hosts": mb.plan.hosts},
             "differences": [{"field": f, "a": x, "b": y, "blocking": blk} for f, x, y, blk in diffs],
             "comparable": not blocking, "rows": rows, "geomeans": geos, "counts": counts,
             "call": "not comparable" if blocking else rep.call.value, "verdict": overall, "margin": margin,
-            "family": rep.family, "smallest_margin": rep.smallest_margin, "rounds_needed": rep.rounds_needed}
+            "family": rep.family, "smallest_margin": rep.smallest_margin, "rounds_needed": rep.rounds_needed,
+            "distribution": dist}
+
+
+def _study(meta: RunMeta, rd: RunDir) -> dict[str, Any] | None:
+    """A run's sampling study judged (harness/analysis/lossless.py), None without one."""
+    return lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+                            {s.id: (s.spec_type, s.args) for s in meta.strategies})
 
 
 def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
@@ -183,5 +194,6 @@ def text(result: dict[str, Any], fmt: str = "simple") -> str:
               "reproduces when every strategy's geometric mean does, no cell differs or is missing and no "
               "fingerprint differs; differs when a cell or geometric mean does. fingerprint = draft counts and output "
               "hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine state: shown, "
-              "never judged.", "", f"verdict: {c(result['verdict'], 1000)}"]
+              "never judged.", *lossless_report.compare_lines(result.get("distribution")), "",
+              f"verdict: {c(result['verdict'], 1000)}"]
     return "\n".join(lines)

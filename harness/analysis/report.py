@@ -16,7 +16,7 @@ from tabulate import tabulate
 from harness import KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
-from harness.analysis import tuning_report
+from harness.analysis import lossless_report, tuning_report
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_bytes, atomic_write_text
 from harness.store.rundir import RunDir
@@ -117,6 +117,10 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"),
         ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
     ]
+    if summary.get("distribution") and not m["planned"]:  # a sampling study drawn alone: no timed measurement
+        rows[1] = ("run", f"{summary['run_id']} ({summary['status']}, the sampling study alone)")
+        rows[-2:] = [("protocol", f"one fresh container per batch of samples, rounds shuffled (seed "
+                                  f"{meta.plan.shuffle_seed})")]
     devices = [f"{h}: " + "; ".join(d["line"] for d in e["devices"]["devices"])
                + (f" (llama.cpp told to use Vulkan {e['devices']['chosen']})" if e["devices"]["chosen"] is not None
                   else "")
@@ -374,6 +378,8 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     meta = rd.read_meta()
     v = View(summary)
     parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
+    if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
+        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts))
     if summary["protocol"] == "reuse-server":
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
@@ -422,6 +428,7 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
+    parts += lossless_report.section(summary.get("distribution"), v.several_hosts)
     conc = _concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]

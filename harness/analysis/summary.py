@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from harness.analysis import checks, stats, tuning, words
+from harness.analysis import checks, lossless, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
@@ -127,7 +127,15 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                                                                meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
-    } | tuning.summary(meta, index)
+    } | tuning.summary(meta, index) | _distribution(rd, meta)
+
+
+def _distribution(rd: RunDir, meta: RunMeta) -> dict[str, Any]:
+    """The sampling study's table (harness/analysis/lossless.py), for a run that drew one."""
+    if not meta.plan.distribution:
+        return {}
+    return {"distribution": lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+                                             {s.id: (s.spec_type, s.args) for s in meta.strategies})}
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
