@@ -280,8 +280,9 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
         retakes=None, distribution=None):
-    """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
-    host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
+    """Run the matrix: one fresh container per measurement, rounds in shuffled order; then the manifest's sampling
+    study (lossless in distribution at temperature > 0), if it has one. The image is found on each host by what it
+    is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
     from harness.intake import trust
     from harness.run import runner

@@ -26,6 +26,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
+from harness import KitError  # noqa: E402
 from harness.analysis import lossless  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
 
@@ -67,8 +68,12 @@ def main() -> int:
     ap.add_argument("--tables", type=int, default=200, help="resampled tables per mode")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    rd = RunDir.open(args.run_dir)
-    meta = rd.read_meta()
+    try:
+        rd = RunDir.open(args.run_dir)
+        meta = rd.read_meta()
+    except KitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     study = meta.plan.distribution
     if not study:
         print(f"{args.run_dir}: no sampling study in this run", file=sys.stderr)
@@ -80,7 +85,7 @@ def main() -> int:
     print(f"{meta.run_id}: {study['samples']} samples of {study['tokens']} tokens per arm, {len(pops)} prompts, "
           f"{args.tables} resampled tables per mode")
     for control in (False, True):
-        any_false, detected_all, per_test = 0, 0, collections.Counter()
+        any_false, detected_all, per_test, run_tests = 0, 0, collections.Counter(), collections.Counter()
         detected: collections.Counter = collections.Counter()
         tests = rows = 0
         for _ in range(args.tables):
@@ -90,6 +95,7 @@ def main() -> int:
             any_false += any(r["verdict"] == "differs" for r in nulls)
             for r in nulls:
                 per_test.update(t["name"] for t in r["tests"] if t["p"] is not None and t["p"] <= lossless.ALPHA)
+                run_tests.update(t["name"] for t in r["tests"] if t["p"] is not None)
             for r in controls:
                 detected[(r["task"], r["prompt"])] += r["verdict"] == "differs"
             detected_all += bool(controls) and all(r["verdict"] == "differs" for r in controls)
@@ -98,7 +104,7 @@ def main() -> int:
             print(f"A/A: {rows} rows, {tests} tests per table; at least one false \"differs\" in "
                   f"{any_false / args.tables:.1%} of tables (the family's level: 5%)")
             print("  false rejections per test before the family's correction (each at its own 5%): "
-                  + ", ".join(f"{k} {v / (args.tables * rows):.1%}" for k, v in sorted(per_test.items())))
+                  + ", ".join(f"{k} {per_test[k] / n:.1%}" for k, n in sorted(run_tests.items())))
         else:
             print(f"control: detected on every prompt in {detected_all / args.tables:.1%} of tables; per prompt: "
                   + ", ".join(f"{t}/{p} {v / args.tables:.1%}" for (t, p), v in sorted(detected.items()))

@@ -101,9 +101,10 @@ def test_validate_counts_the_sampling_requests(tmp_path, models_dir):
     m = mf.load(demo_with(tmp_path, STUDY))
     out = pl.render(m, models_dir)
     assert ("sampling study at temperature 0.8 (control: temperature 1.6): 2 strategies and 3 baseline arms x 1 "
-            "prompt x 24 samples of 8 tokens = 120 requests in 15 batches (3 rounds), one fresh server each") in out
+            "prompt x 24 samples of 8 tokens = 120 requests in 15 batches (3 rounds), one fresh server per batch, its "
+            "samples one after another on it") in out
     demo = pl.render(mf.load(DEMO), models_dir)  # the demo's own study: every speculative type of the pinned build
-    assert "sampling study at temperature 0.8" in demo and "10 strategies and 6 baseline arms" in demo
+    assert "sampling study at temperature 0.8 (control: top-k 1): 10 strategies and 6 baseline arms" in demo
 
 
 # ---------------------------------------------------------------- the statistics
@@ -205,7 +206,7 @@ def test_a_study_drawn_alone_is_recorded_judged_and_reported(world, models_dir):
     assert rows["baseline"]["kind"] == "aa" and rows["baseline"]["verdict"] == "no difference detected"
     # identical samples: the strategy's log-probabilities are the baseline's, so every test runs
     assert all(t["p"] is not None for t in rows["draft-simple"]["tests"])
-    assert d["family"]["tests"] == 4 * 4 and d["samples"] == 150
+    assert d["family"]["tests"] == 2 * 4 and d["samples"] == 150  # the strategies' rows run the A/A row's tests
     rp.write([rd.path], world / "R.md", plot=False)
     md = (world / "R.md").read_text()
     assert "### Lossless in distribution at temperature 0.8" in md and "### Speedup" not in md
@@ -279,3 +280,40 @@ def test_a_samples_line_of_an_arm_the_run_did_not_plan_is_refused(world, models_
         f.write(json.dumps(rec) + "\n")
     with pytest.raises(KitError, match=r"samples.jsonl: line 6: arm 'eagle3' is not one the run planned"):
         rd.samples()
+
+
+# ---------------------------------------------------------------- the demo's own study, on the real server
+
+
+def test_the_demo_run_draws_its_sampling_study_on_every_speculative_type(demo_run):
+    """The demo manifest's study in the session's demo run: every speculative type of the pinned build against its
+    baseline at temperature 0.8 with the same seeds and with others, and the control the tests must tell apart."""
+    rd = RunDir.open(demo_run)
+    meta = rd.read_meta()
+    study_ = meta.plan.distribution
+    batches = rd.samples()
+    assert len(batches) == study_["batches"] and all(b["status"] == "ok" for b in batches), \
+        [b.get("failure") for b in batches if b["status"] != "ok"]
+    assert len({b["container_id"] for b in batches}) == len(batches)  # a fresh server each
+    assert all(len(s["tokens"]) == study_["tokens"] for b in batches for s in b["samples"])
+    # the server gives log-probabilities where nothing is drafted; a drafting server's are not asked for
+    assert all((s.get("logprobs") is not None) == (b["role"] != "strategy") for b in batches for s in b["samples"])
+    d = summarize(rd)["distribution"]
+    rows = {r["arm"]: r for r in d["rows"]}
+    speculative = {s.id for s in meta.planned_strategies() if s.speculative and s.parallel == 1 and
+                   (not s.sweep or s.id == "ngram-simple[size-n=2,size-m=8]")}
+    assert {a for a, r in rows.items() if r["kind"] == "strategy"} == speculative
+    for sid in ("draft-simple", "dflash2", "dspark", "eagle3", "mtp", "ngram-cache"):
+        assert rows[sid]["drafted"] > 0, sid  # drafting happened in the samples compared
+    for r in rows.values():
+        s = r["stage1"]
+        if s is not None:  # a sample's first token is sampled before any draft exists: it never differs
+            assert s["paired"] == study_["samples"] and s["identical"] + len(s["divergent"]) == s["paired"]
+            assert all(x["position"] >= 1 for x in s["divergent"]), (r["arm"], s["divergent"])
+            assert r["verification"] == "exact match"
+    # the control (each baseline at top-k 1) is told apart on both targets: the study had power
+    assert [r["verdict"] for r in d["rows"] if r["kind"] == "control"] == ["differs", "differs"] and d["power"]
+    md = (demo_run.parent / "RESULTS-lossless.md")
+    rp.write([demo_run], md, plot=False)
+    text_ = md.read_text()
+    assert "### Lossless in distribution at temperature 0.8" in text_ and "control: the baseline at top-k 1" in text_

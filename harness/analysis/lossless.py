@@ -80,7 +80,7 @@ def arm_samples(records: Sequence[Mapping[str, Any]], host: str, arm: str, task:
             out.setdefault(s["seed"], Sample(s["seed"], tuple(s["tokens"]), tuple(lps) if lps is not None else None,
                                              tuple(tuple((int(c), lp) for c, lp in pos) for pos in top)
                                              if top is not None else None, int(s["draft_n"])))
-    return out
+    return dict(sorted(out.items()))
 
 
 # ---------------------------------------------------------------- stage 1
@@ -303,6 +303,9 @@ def _rows(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]], host: 
                 # the same relabellings for every row of a prompt: identical samples give identical p-values
                 cmp = two_sample(samples, ref, study["prefix"], row_rng(host, task, prompt), lps)
                 row["tests"], row["tv"] = cmp.tests, cmp.tv
+                data = _fingerprint(host, task, prompt, ref_id, samples, lps)
+                for test in cmp.tests:
+                    test["data"] = f"{data}:{test['name']}"
                 if kind == "strategy" and None in lps:
                     left = sum(x is None for x in lps)
                     cmp.tests[-1]["note"] = (f"{left} of {len(lps)} samples left the baseline's path and the drafting "
@@ -313,14 +316,31 @@ def _rows(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]], host: 
     return rows
 
 
+def _fingerprint(host: str, task: str, prompt: str, ref: str, samples: Sequence[Sample],
+                 logprobs: Sequence[float | None] | None) -> str:
+    """What a row's tests compare: its samples (tokens, and the log-probabilities it is judged with) against a
+    reference. Rows with the same fingerprint (a strategy whose every sample is the baseline's) run the same tests
+    on the same data: the family counts them once."""
+    lps = list(logprobs) if logprobs is not None else [s.logprob for s in samples]
+    blob = repr((host, task, prompt, ref, [s.tokens for s in samples], lps))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def _judge(rows: list[dict[str, Any]]) -> int:
-    """Holm's procedure over every test of the table; each row's verdict and detectable distance. Returns the
-    family's size."""
+    """Holm's procedure over the table's distinct tests (rows that compare the same samples with the same reference
+    share theirs); each row's verdict and detectable distance. Returns the family's size."""
     tests = [t for r in rows for t in r["tests"] if t["p"] is not None]
-    for t, adj in zip(tests, inf.holm_adjusted([t["p"] for t in tests]), strict=True):
-        t["p_adjusted"] = round(adj, 6)
-        t["rejected"] = adj <= ALPHA
+    distinct: dict[str, float] = {}
+    for t in tests:
+        distinct.setdefault(t["data"], t["p"])
+    adjusted = dict(zip(distinct, inf.holm_adjusted(list(distinct.values())), strict=True))
+    for t in tests:
+        t["p_adjusted"] = round(adjusted[t["data"]], 6)
+        t["rejected"] = adjusted[t["data"]] <= ALPHA
         t["p"] = round(t["p"], 6)
+    for r in rows:
+        for t in r["tests"]:
+            t.pop("data", None)
     for r in rows:
         judged = [t for t in r["tests"] if t["p"] is not None]
         for t in r["tests"]:
@@ -329,8 +349,8 @@ def _judge(rows: list[dict[str, Any]]) -> int:
         r["p_adjusted"] = min((t["p_adjusted"] for t in judged), default=None)
         differs = any(t["rejected"] for t in judged)
         r["verdict"] = "not tested" if not judged else "differs" if differs else "no difference detected"
-        r["detectable_tv"] = detectable_tv(r["samples"], r["reference_samples"], len(tests)) if judged else None
-    return len(tests)
+        r["detectable_tv"] = detectable_tv(r["samples"], r["reference_samples"], len(distinct)) if judged else None
+    return len(distinct)
 
 
 def summary(study: Mapping[str, Any] | None, records: Sequence[Mapping[str, Any]], hosts: Sequence[str],

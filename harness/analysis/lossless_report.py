@@ -131,8 +131,9 @@ def section(study: dict[str, Any] | None, several_hosts: bool = False) -> list[s
              "each on a fresh server: the samples of a batch share it, so an n-gram table or a drafter's state carries "
              "over between them (exact-match verification makes that move draft counts, never tokens: stage 1 would "
              "show it).", "", power(study), "",
-             f"All {study['family']['tests']} tests of this table are judged as one family (Holm's procedure at 5%; "
-             f"permutation p-values with {study['family']['permutations']:,} relabellings).", "",
+             f"The {study['family']['tests']} distinct tests of this table are judged as one family (Holm's procedure "
+             "at 5%; a strategy whose every sample is the baseline's runs the A/A row's tests on the same data, "
+             f"counted once; permutation p-values with {study['family']['permutations']:,} relabellings).", "",
              table(study, several_hosts), ""]
     div = divergences(study, several_hosts)
     if div:

@@ -506,7 +506,8 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         sp = rd.path / "summary.json"
         atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
         written.append(sp)
-        png = plot_speedups(summary, rd.path / "plot.png") if plot else None
+        timed = bool(summary["measurements"]["planned"])  # a sampling study drawn alone has no speedup to draw
+        png = plot_speedups(summary, rd.path / "plot.png") if plot and timed else None
         if png:
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}

@@ -86,10 +86,11 @@ class Study:
         n_strategies = sum(a.role == "strategy" for a in self.arms)
         hosts = f" x {len(self.hosts)} hosts" if len(self.hosts) > 1 else ""
         return (f"sampling study at temperature {d.temperature:g}" + (f", top-k {d.top_k}" if d.top_k else "")
-                + f" (control: {kind.replace('_', '-')} {value:g}): {n_strategies} strategies and "
-                f"{len(self.arms) - n_strategies} baseline arms x {_n(len(self.prompts), 'prompt')}{hosts} x "
+                + f" (control: {kind.replace('_', '-')} {value:g}): {_n(n_strategies, 'strategy', 'strategies')} "
+                f"and {len(self.arms) - n_strategies} baseline arms x {_n(len(self.prompts), 'prompt')}{hosts} x "
                 f"{d.samples} samples of {d.tokens} tokens = {self.requests} requests in "
-                f"{_n(len(self.batches), 'batch')} ({_n(self.rounds, 'round')}), one fresh server each")
+                f"{_n(len(self.batches), 'batch', 'batches')} ({_n(self.rounds, 'round')}), one fresh server per "
+                "batch, its samples one after another on it")
 
     def as_meta(self) -> dict[str, Any]:
         """What run.json records of the study (plan.distribution): its settings and arms, so the analysis and a
@@ -104,8 +105,8 @@ class Study:
                 "batches": len(self.batches), "requests": self.requests}
 
 
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('ch') else 's'}"
+def _n(count: int, noun: str, plural: str | None = None) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
 
 
 def arms(manifest: Manifest, d: Distribution, strategy_ids: list[str]) -> list[Arm]:
