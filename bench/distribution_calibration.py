@@ -82,8 +82,8 @@ def main() -> int:
     kinds = {s.id: (s.spec_type, s.args) for s in meta.strategies}
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
-    print(f"{meta.run_id}: {study['samples']} samples of {study['tokens']} tokens per arm, {len(pops)} prompts, "
-          f"{args.tables} resampled tables per mode")
+    print(f"{meta.run_id}: {study['samples']} samples of {study['tokens']} tokens per arm, {len(pops)} baselines x "
+          f"prompts, {args.tables} resampled tables per mode")
     for control in (False, True):
         any_false, detected_all, per_test, run_tests = 0, 0, collections.Counter(), collections.Counter()
         detected: collections.Counter = collections.Counter()
@@ -97,7 +97,7 @@ def main() -> int:
                 per_test.update(t["name"] for t in r["tests"] if t["p"] is not None and t["p"] <= lossless.ALPHA)
                 run_tests.update(t["name"] for t in r["tests"] if t["p"] is not None)
             for r in controls:
-                detected[(r["task"], r["prompt"])] += r["verdict"] == "differs"
+                detected[(r["baseline"], r["task"], r["prompt"])] += r["verdict"] == "differs"
             detected_all += bool(controls) and all(r["verdict"] == "differs" for r in controls)
             tests, rows = judged["family"]["tests"], len(nulls)
         if not control:
@@ -106,8 +106,8 @@ def main() -> int:
             print("  false rejections per test before the family's correction (each at its own 5%): "
                   + ", ".join(f"{k} {per_test[k] / n:.1%}" for k, n in sorted(run_tests.items())))
         else:
-            print(f"control: detected on every prompt in {detected_all / args.tables:.1%} of tables; per prompt: "
-                  + ", ".join(f"{t}/{p} {v / args.tables:.1%}" for (t, p), v in sorted(detected.items()))
+            print(f"control: detected on every prompt in {detected_all / args.tables:.1%} of tables; each: "
+                  + ", ".join(f"{b} on {t}/{p} {v / args.tables:.1%}" for (b, t, p), v in sorted(detected.items()))
                   + f"; a false \"differs\" elsewhere in {any_false / args.tables:.1%}")
     print(f"({time.monotonic() - started:.0f} s)")
     return 0

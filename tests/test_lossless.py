@@ -167,8 +167,8 @@ def test_seeded_equality_names_where_a_sample_left_the_baseline():
     other = {1: ls.Sample(1, (7, 7, 7), None, None, 4), 2: ls.Sample(2, (7, 9, 7), None, None, 4)}
     s = ls.seeded_equality(base, other)
     assert (s["paired"], s["identical"]) == (2, 1)
-    assert s["divergent"] == [{"seed": 2, "position": 1, "baseline_token": 7, "token": 9, "rank": 3,
-                               "baseline_logprob": -0.1, "logprob": -2.1}]
+    assert s["divergent"] == [{"seed": 2, "position": 1, "baseline_token": 7, "baseline_rank": 1, "token": 9,
+                               "rank": 3, "baseline_logprob": -0.1, "logprob": -2.1}]
     assert ls.verification("draft-simple", ["--spec-draft-sampling", "probabilistic"]) == "rejection"
     assert ls.verification("draft-simple", ["--spec-draft-sampling=probabilistic"]) == "rejection"
     assert ls.verification("draft-dflash", ["--spec-draft-sampling", "probabilistic"]) == "exact match"

@@ -96,16 +96,18 @@ def verification(spec_type: str, args: Sequence[str]) -> str:
 
 
 def _divergence(base: Sample, other: Sample) -> dict[str, Any]:
-    """Where a sample leaves the baseline's with the same seed: the position, both tokens, the baseline's rank of
-    the token taken (1 = its likeliest; None: not among the candidates recorded) and both log-probabilities."""
+    """Where a sample leaves the baseline's with the same seed: the position, both tokens with the baseline's rank
+    of each (1 = its likeliest; None: not among the candidates recorded) and both log-probabilities."""
     pos = next((i for i, (x, y) in enumerate(zip(base.tokens, other.tokens, strict=False)) if x != y),
                min(len(base.tokens), len(other.tokens)))
     cands = list(base.top[pos]) if base.top is not None and pos < len(base.top) else []
     ranked = sorted(cands, key=lambda c: -(c[1] if c[1] is not None else -1e9))
     token = other.tokens[pos] if pos < len(other.tokens) else None
+    base_token = base.tokens[pos] if pos < len(base.tokens) else None
     rank = next((i + 1 for i, (c, _) in enumerate(ranked) if c == token), None)
-    return {"seed": base.seed, "position": pos,
-            "baseline_token": base.tokens[pos] if pos < len(base.tokens) else None, "token": token, "rank": rank,
+    base_rank = next((i + 1 for i, (c, _) in enumerate(ranked) if c == base_token), None)
+    return {"seed": base.seed, "position": pos, "baseline_token": base_token, "baseline_rank": base_rank,
+            "token": token, "rank": rank,
             "baseline_logprob": base.logprobs[pos] if base.logprobs is not None and pos < len(base.logprobs)
             else None, "logprob": next((lp for c, lp in cands if c == token), None)}
 

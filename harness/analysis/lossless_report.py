@@ -33,6 +33,10 @@ def label(row: dict[str, Any], settings: dict[str, Any], several_hosts: bool) ->
     return fm.md(f"{host}{row['arm']}")
 
 
+def _rank(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
 def stage1(row: dict[str, Any]) -> str:
     """Seeded equality in a few words: identical k/n, where the others left the baseline, the verification kind."""
     s = row.get("stage1")
@@ -42,10 +46,10 @@ def stage1(row: dict[str, Any]) -> str:
         return "no samples paired by seed"
     text = f"identical {s['identical']}/{s['paired']}"
     if s["divergent"]:
-        first = sorted(d["position"] for d in s["divergent"])
-        ranks = sorted({d["rank"] for d in s["divergent"] if d["rank"] is not None})
-        onto = (f", onto the baseline's choice {'/'.join(str(r) for r in ranks)}" if ranks else "")
-        text += f"; first divergent token {', '.join(str(p) for p in first[:6])}{' …' if len(first) > 6 else ''}{onto}"
+        ds = sorted(s["divergent"], key=lambda d: d["position"])
+        text += "; first divergent token " + ", ".join(
+            f"{d['position']} ({_rank(d['baseline_rank'])}→{_rank(d['rank'])})" for d in ds[:4]) \
+            + (f", {len(ds) - 4} more" if len(ds) > 4 else "")
     if row.get("verification") == "rejection":
         text += " (samples by rejection: not expected)"
     if row.get("drafted") == 0:
@@ -96,10 +100,11 @@ def divergences(study: dict[str, Any], several_hosts: bool, limit: int = 12) -> 
             continue
         parts = []
         for d in s["divergent"][:4]:
-            rank = f"the baseline's choice {d['rank']}" if d["rank"] is not None else "a token outside its top choices"
-            lps = (f" (log-probability {fm.num(d['logprob'])} vs {fm.num(d['baseline_logprob'])})"
+            rank = f"its choice {d['rank']}" if d["rank"] is not None else "a token outside its top choices"
+            lps = (f" (log-probability {fm.num(d['logprob'])}, the baseline's own {fm.num(d['baseline_logprob'])})"
                    if d["logprob"] is not None and d["baseline_logprob"] is not None else "")
-            parts.append(f"seed {d['seed']} at token {d['position']} onto {rank}{lps}")
+            parts.append(f"seed {d['seed']} at token {d['position']}, from the baseline's choice "
+                         f"{_rank(d['baseline_rank'])} to {rank}{lps}")
         more = f"; {len(s['divergent']) - 4} more" if len(s["divergent"]) > 4 else ""
         out.append(f"- {label(r, study['settings'], several_hosts)} / {fm.md(r['task'])}: {'; '.join(parts)}{more}")
     return out[:limit] + ([f"- … and {len(out) - limit} more rows"] if len(out) > limit else [])
@@ -144,17 +149,18 @@ def section(study: dict[str, Any] | None, several_hosts: bool = False) -> list[s
 
 RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-match verification (b11434's "
         "default: drafts taken greedily, each checked against the token the target samples itself with the same "
-        "random numbers) should reproduce the baseline token for token; a divergence onto a near-tied choice of "
-        "the baseline points at the verification pass's probabilities differing slightly from the baseline's "
-        "one-token passes. Rejection sampling (`--spec-draft-sampling probabilistic` on draft-simple and draft-mtp) "
-        "spends its random numbers differently: seeded equality is not expected of it. Stage 2: the strategy's "
-        "samples against the baseline's with other seeds: the first token (sampled before any draft exists: it can "
-        "show only a difference in how the server samples), the first {m} tokens as sequences (categories seen "
-        "fewer than 5 times pooled; chi-square), every position at once (Hamming-kernel MMD) and each sample's "
-        "total log-probability under the target (Kolmogorov-Smirnov; drafting servers report none, so a "
-        "strategy's are the baseline's where its sample is identical). TV = total-variation distance of the first "
-        "{m} tokens' pooled categories, basic bootstrap interval; \"could detect\" = the distance found with 80% "
-        "power at the family's strictest level.")
+        "random numbers) should reproduce the baseline token for token; a divergence to a neighbour of the "
+        "baseline's token in its ranking (choice 1→2: the same random number falls just across the boundary) points "
+        "at the verification pass's probabilities differing slightly from the baseline's one-token passes, not at "
+        "a sampler that draws differently. Rejection sampling (`--spec-draft-sampling probabilistic` on "
+        "draft-simple and draft-mtp) spends its random numbers differently: seeded equality is not expected of it. "
+        "Stage 2: the strategy's samples against the baseline's with other seeds: the first token (sampled before "
+        "any draft exists: it can show only a difference in how the server samples), the first {m} tokens as "
+        "sequences (categories seen fewer than 5 times pooled; chi-square), every position at once (Hamming-kernel "
+        "MMD) and each sample's total log-probability under the target (Kolmogorov-Smirnov; drafting servers report "
+        "none, so a strategy's are the baseline's where its sample is identical). TV = total-variation distance of "
+        "the first {m} tokens' pooled categories, basic bootstrap interval; \"could detect\" = the distance found "
+        "with 80% power at the family's strictest level.")
 
 
 def compare_lines(result: dict[str, Any] | None) -> list[str]:
