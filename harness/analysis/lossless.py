@@ -39,6 +39,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness.analysis import inference as inf
+from harness.intake import spec_types
 
 ALPHA = inf.ALPHA
 #: Label permutations per test: p-values resolve to 1/(PERMUTATIONS + 1), far below a family's strictest level.
@@ -47,8 +48,6 @@ BOOTSTRAPS = 2000
 #: Categories seen fewer times than this in both samples together are pooled into one.
 MIN_CATEGORY = 5
 POWER = 0.8
-#: Types whose drafts b11434 verifies by rejection with `--spec-draft-sampling probabilistic` (greedy by default).
-REJECTION_TYPES = frozenset({"draft-simple", "draft-mtp"})
 #: Tests in the order a row lists them.
 TESTS = ("first token", "first tokens", "every position", "log-probability")
 
@@ -87,12 +86,14 @@ def arm_samples(records: Sequence[Mapping[str, Any]], host: str, arm: str, task:
 
 
 def verification(spec_type: str, args: Sequence[str]) -> str:
-    """How a strategy's drafts are verified at temperature > 0 in b11434: "rejection" where the type honours
-    `--spec-draft-sampling probabilistic` and the strategy passes it, else "exact match"."""
+    """How a strategy's drafts are verified at temperature > 0 in b11434: "rejection" where its type's row honours
+    `--spec-draft-sampling probabilistic` (harness/intake/spec_types.py) and the strategy passes it, else "exact
+    match"."""
     flat = [a for x in args for a in (x.split("=", 1) if x.startswith("--") and "=" in x else [x])]
     probabilistic = any(a == "--spec-draft-sampling" and b == "probabilistic" for a, b in zip(flat, flat[1:],
                                                                                               strict=False))
-    return "rejection" if probabilistic and spec_type in REJECTION_TYPES else "exact match"
+    row = spec_types.find(spec_type)
+    return "rejection" if probabilistic and row is not None and row.rejection else "exact match"
 
 
 def _divergence(base: Sample, other: Sample) -> dict[str, Any]:
