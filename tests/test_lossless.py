@@ -6,7 +6,10 @@ interrupted and resumed, reported and compared. The real server's answers are te
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from harness import KitError
+from harness import ROOT, KitError
 from harness.analysis import lossless as ls
 from harness.analysis import report as rp
 from harness.analysis.compare import compare, text
@@ -280,6 +283,17 @@ def test_a_samples_line_of_an_arm_the_run_did_not_plan_is_refused(world, models_
         f.write(json.dumps(rec) + "\n")
     with pytest.raises(KitError, match=r"samples.jsonl: line 6: arm 'eagle3' is not one the run planned"):
         rd.samples()
+
+
+def test_the_calibration_bench_resamples_a_study_into_a_a_tables_and_control_tables(world, models_dir):
+    _run(world, models_dir, demo_with(world, STUDY), distribution=30)
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "distribution_calibration.py"), str(world / "r" / "s"),
+                          "--tables", "6"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert re.search(r"A/A: 4 rows, \d+ tests per table; at least one false \"differs\" in \d+\.\d% of tables",
+                     res.stdout)
+    assert re.search(r"control: detected on every prompt in \d+\.\d% of tables; each: baseline on en-prose/en-prose",
+                     res.stdout)
 
 
 # ---------------------------------------------------------------- the demo's own study, on the real server
