@@ -296,6 +296,28 @@ def test_the_calibration_bench_resamples_a_study_into_a_a_tables_and_control_tab
                      res.stdout)
 
 
+def test_the_committed_real_text_study_shows_both_stages_the_control_and_the_detectable_distance(tmp_path):
+    """results/real-gemma3-270m-distribution (gemma-3-270m on this machine's CPU, the sampling study alone): every
+    strategy's seeded equality and distribution verdict, the control detected, and RESULTS.md saying so."""
+    run = tmp_path / "real-gemma3-270m-distribution"
+    shutil.copytree(ROOT / "results" / run.name, run)
+    rd = RunDir.open(run)
+    meta = rd.read_meta()
+    assert meta.plan.runs == 0 and meta.plan.distribution["samples"] == 60 and meta.status == "complete"
+    d = summarize(rd)["distribution"]
+    strategies = [r for r in d["rows"] if r["kind"] == "strategy"]
+    assert {r["arm"] for r in strategies} == {"ngram-simple[size-n=3,size-m=16]", "ngram-mod", "layer-skip-15"}
+    assert {(r["task"], r["prompt"]) for r in strategies} == {("en-prose", "en-prose"), ("zh-prose", "zh-prose")}
+    for r in strategies:
+        assert r["stage1"]["paired"] == 60 and r["verification"] == "exact match" and r["drafted"] > 0
+        assert r["verdict"] in ("no difference detected", "differs") and 0 < r["detectable_tv"] < 1
+    assert d["power"] is True and all(r["verdict"] == "differs" for r in d["rows"] if r["kind"] == "control")
+    rp.write([run], tmp_path / "R.md", plot=False)
+    text_ = (tmp_path / "R.md").read_text()
+    assert "### Lossless in distribution at temperature 0.8" in text_ and "the sampling study alone" in text_
+    assert "was detected on every prompt" in text_ and "could detect TV ≥" in text_
+
+
 # ---------------------------------------------------------------- the demo's own study, on the real server
 
 
