@@ -26,6 +26,7 @@ from harness.intake import manifest as mf
 from harness.intake.bounded_yaml import ManifestError
 from harness.run import plan as pl
 from harness.run import runner, study
+from harness.share import bundle as bu
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, trusted, write_manifest
 from tests.fake_engine import fake
@@ -272,6 +273,16 @@ def test_compare_carries_the_distribution_verdicts_over(world, models_dir, tmp_p
     assert changed["distribution"]["changed"] >= 1
     assert "changed: baseline@control / en-prose: A differs -> B no difference detected" in text(changed)
     assert "distribution verdict" in changed["verdict"]
+
+
+def test_a_bundle_of_a_study_drawn_alone_carries_its_samples(world, models_dir, tmp_path):
+    manifest = demo_with(world, STUDY)
+    _run(world, models_dir, manifest, distribution=10)
+    out = bu.make(world / "r" / "s", tmp_path / "s.bundle.tar.gz", manifest.parent)
+    _, run = bu.open_bundle(out, tmp_path / "opened")
+    assert RunDir.open(run).samples() == RunDir.open(world / "r" / "s").samples()
+    assert RunDir.open(run).measurements() == [] and (run / "samples.jsonl").is_file()
+    assert "### Lossless in distribution at temperature 0.8" in (run.parent / "RESULTS.md").read_text()
 
 
 def test_a_samples_line_of_an_arm_the_run_did_not_plan_is_refused(world, models_dir):
