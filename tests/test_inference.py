@@ -76,7 +76,7 @@ def test_moderation_pulls_a_quiet_cell_up_and_never_narrows_a_noisy_one():
     loud = inf.locate([0.0, 0.3, 0.6])
     kept = inf.moderate(loud, prior)
     assert kept.se == pytest.approx(inf.moderate(loud, inf.NO_PRIOR).se) and not kept.moderated
-    assert 2 <= kept.df < 5  # its own variance, with fewer degrees of freedom than a borrowed one
+    assert kept.df == 2  # its own variance with its own degrees of freedom: its own t-interval
     # an unbounded prior is worth at most MAX_DF
     assert inf.moderate(loc, inf.Prior(math.inf, 0.01, 50)).df == pytest.approx(inf.MAX_DF, rel=0.01)
 

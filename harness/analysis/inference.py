@@ -20,25 +20,27 @@ Pure functions of floats; nothing here knows about records, cells or runs.
   what the paired ratios alone carry. Each part is moderated on its own, the baseline parts among baselines, and
   the cell's variance is their sum with Satterthwaite's degrees of freedom. Leaving the cell's own units out of the
   round factor keeps the sum from understating: an error in the factor adds to both parts. Where the round
-  factor cannot be estimated (fewer than MIN_ROUND_UNITS other units in a round) the cell's paired variance is
-  used as it is.
+  factor cannot be estimated (fewer than MIN_ROUND_UNITS other units in a round) the cell's whole paired variance
+  is moderated among the cells in the same case.
 - Moderation (Smyth 2004, limma's eBayes, made robust). The variances of a table's cells are taken as draws from
   a scaled inverse chi-square prior (d0, s0^2), fitted to the central cells only: the median and the interquartile
   range of the log variances are matched to those of s0^2 F(d, d0), so that the noisiest and the quietest quarter
   do not move it. Its weight d0 is at most PRIOR_WEIGHT x the cells' own degrees of freedom (BASELINE_PRIOR_WEIGHT
   for the baseline parts, fitted on a handful of baselines each shared by many cells): fitted on tables whose
-  cells differ in noise, an unbounded weight made the noisiest cells' intervals too narrow. A variance is moderated
-  to (d0 s0^2 + d s^2) / (d0 + d) and never below the cell's own s^2 (a cell noisier than the table keeps its own
-  spread), with Satterthwaite's degrees of freedom for that weighted sum (d0 for the table's part, d for the
-  cell's): a cell whose variance is mostly its own has about its own degrees of freedom, one that borrows most of
-  it about as many as the prior's weight, never more than d0 + d. `python3 bench/interval_coverage.py` measures
-  the coverage by noise quartile with heterogeneous noise.
+  cells differ in noise, an unbounded weight made the noisiest cells' intervals too narrow. A cell quieter than the
+  prior's scale is moderated to (d0 s0^2 + d s^2) / (d0 + d), with Satterthwaite's degrees of freedom for that
+  weighted sum (d0 for the table's part, d for the cell's): one that borrows most of its variance has about as many
+  as the prior's weight, so a noisy cell quiet by chance in its few rounds is not trusted as if its variance were
+  known. A cell noisier than the prior's scale keeps its own variance and its own degrees of freedom: its interval
+  is never narrower than its own evidence gives (measured: granting it Satterthwaite's degrees of freedom instead
+  left the noisiest quarter of a sweep's cells at 92% coverage). `python3 bench/interval_coverage.py` measures the
+  coverage by noise quartile with heterogeneous noise.
 - Family. Holm's step-down procedure over every p-value of one printed table: each cell's and each geometric
   mean's "differs from 1" and "within the band". In 95% of tables no mark at all is false, whatever the number of
   cells (Holm 1979). Chosen over Benjamini-Hochberg because a reader takes each mark on its own: a false-discovery
   rate of 5% would still leave a false mark in most large tables. (Shaffer's bound, which counts a cell's two
-  mutually exclusive hypotheses once, would halve the first step's divisor; it left no room for the tails of
-  moderated intervals: 5-6% of A/A tables with a false mark where plain Holm had 2-4%.)
+  mutually exclusive hypotheses once, would halve the first step's divisor; on simulated A/A tables it left no
+  margin below 5% for the tails of moderated intervals.)
 - Equivalence: two one-sided tests at 5% each (TOST, Schuirmann 1987): "within the band" is claimed when the 90%
   interval lies inside it (at the family's level: inside the correspondingly wider interval).
 - Power (`smallest_marked`): the smallest true effect whose estimate, landing on the truth, these rounds would mark
@@ -79,8 +81,8 @@ TRIMMED_DF_SHARE = 0.8
 #: coverage of the noisiest cells where it is not.
 PRIOR_WEIGHT = 4.0
 #: The same for the baselines' parts: a table has few baselines (one per task), each shared by every strategy on
-#: its task, so an error in their prior repeats across a whole column of cells (measured: weight 1 gave 6.6% of
-#: A/A tables with a false mark at 3 rounds, 0.5 gave 5.1%).
+#: its task, so an error in their prior repeats across a whole column of cells (simulated on the demo's shape at
+#: 3 rounds with heterogeneous noise: weight 1 drew about a third more A/A tables with a false mark than 0.5).
 BASELINE_PRIOR_WEIGHT = 0.5
 #: Fewest cells with a variance before a prior is fitted: fewer cannot say how much cells' variances differ.
 MIN_PRIOR_CELLS = 6
@@ -169,8 +171,8 @@ NO_PRIOR = Prior(0.0, 0.0, 0)
 @lru_cache(maxsize=4096)
 def _log_f_quartiles(d: float, d0: float) -> tuple[float, float]:
     """(interquartile range, median) of log F(d, d0)."""
-    q = sps.f.ppf([0.25, 0.5, 0.75], d, d0)
-    return float(math.log(q[2]) - math.log(q[0])), float(math.log(q[1]))
+    q = np.log(sps.f.ppf([0.25, 0.5, 0.75], d, d0))
+    return float(q[2] - q[0]), float(q[1])
 
 
 #: The lightest prior weight the fit considers: below it the prior says nothing a cell's own variance does not.
@@ -203,10 +205,10 @@ def fit_prior(scales: Sequence[tuple[float, float]], weight: float = PRIOR_WEIGH
 
 
 def moderated(scale2: float, df: float, prior: Prior) -> tuple[float, float, bool]:
-    """(variance, degrees of freedom, borrowed) of a variance moderated toward a prior: (d0 s0^2 + d s^2) / (d0 + d),
-    never below the cell's own s^2, with Satterthwaite's degrees of freedom for the weighted sum, at most d0 + d
-    and MAX_DF; `borrowed`: the prior raised it. Without a prior (or without own degrees of freedom and no prior)
-    the cell's own."""
+    """(variance, degrees of freedom, borrowed) of a variance moderated toward a prior. A cell quieter than the
+    prior's scale takes (d0 s0^2 + d s^2) / (d0 + d) with Satterthwaite's degrees of freedom for that weighted sum,
+    at most d0 + d and MAX_DF (`borrowed`); one noisier keeps its own variance and its own degrees of freedom. Without
+    a prior, the cell's own."""
     if prior.d0 <= 0 or prior.s02 <= 0:
         return scale2, df, False
     d0 = min(prior.d0, MAX_DF)  # a prior is never worth more than the most degrees of freedom granted
@@ -214,8 +216,9 @@ def moderated(scale2: float, df: float, prior: Prior) -> tuple[float, float, boo
     post = (table + own) / (d0 + df)
     den = table * prior.s02 + own * scale2
     sat = (table + own) ** 2 / den if den > 0 else d0 + df
-    dof = min(d0 + df, sat, MAX_DF)  # at least df when the cell keeps its own (s^2 >= s0^2)
-    return (scale2, dof, False) if scale2 >= post else (post, dof, True)
+    if scale2 >= post:  # noisier than the table: its own variance with its own degrees of freedom
+        return scale2, df, False
+    return post, min(d0 + df, sat, MAX_DF), True
 
 
 def pooled_df(own: float, prior: float) -> float:
@@ -346,7 +349,8 @@ class RoundEffects:
 
     A unit's level is its mean over its rounds after removing the rounds' factors, a round's factor the median
     over the units measured in it of their deviation from their level (alternated a few times: rounds missing in
-    some units would otherwise tilt their levels). `residuals` leaves chosen units out of the round's median."""
+    some units would otherwise tilt their levels). `factors` leaves chosen units (a cell's own) out of each round's
+    median."""
 
     def __init__(self, series: Mapping[Hashable, Mapping[int, float]]):
         self.series = {u: dict(v) for u, v in series.items() if v}
@@ -424,14 +428,14 @@ def paired_estimates(cells: Sequence[Paired]) -> tuple[list[Estimate | None], Pr
         elif part is None or loc.df <= 0:
             out.append(moderate(loc, by_method[loc.method][2]))
         else:
-            out.append(_two_parts(loc, part, by_method[loc.method]))
+            out.append(_two_parts(loc, part, *by_method[loc.method][:2]))
     top = by_method[_most_numerous([loc.method for loc in locs if loc is not None])]
     return out, Priors(*top)
 
 
-def _two_parts(loc: Location, part: tuple[float, float], priors: tuple[Prior, Prior, Prior]) -> Estimate:
-    vs, ds, bs = moderated(part[0], loc.df, priors[0])
-    vb, db, bb = moderated(part[1], loc.df, priors[1])
+def _two_parts(loc: Location, part: tuple[float, float], strategy: Prior, baseline: Prior) -> Estimate:
+    vs, ds, bs = moderated(part[0], loc.df, strategy)
+    vb, db, bb = moderated(part[1], loc.df, baseline)
     var = vs + vb
     if var <= 0:
         return moderate(loc, NO_PRIOR)
