@@ -344,7 +344,7 @@ def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None
     return {"bound_s": meta.plan.quiet_wait_s or max((w["bound_s"] for w in waits), default=0.0),
             "measurements": len(waits), "waited_median_s": _r(statistics.median(waited)) if waited else None,
             "waited_max_s": _r(max(waited)) if waited else None,
-            "bound_reached": sum(1 for w in waits if not w["quiet"])}
+            "bound_reached": sum(1 for w in waits if not w["quiet"] and w.get("others_cores") is not None)}
 
 
 def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:
