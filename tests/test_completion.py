@@ -99,7 +99,7 @@ def test_a_busy_first_round_interrupted_and_resumed_ends_with_the_command_that_c
     # the cap went to one task's baseline first, then the two strategies that pair with it (all disturbed again)
     assert sorted(r["strategy"] for r in retaken) == ["baseline", "draft-simple", "ngram-mod"]
     assert len({r["task"] for r in retaken}) == 1 and all(r["interference"]["disturbed"] for r in retaken)
-    assert any("round 1: 6 measurement(s) do not count (6 disturbed by other work); measuring 3 again, restoring "
+    assert any("round 1: 6 measurement(s) do not count (6 disturbed by other work); measuring 3 again to restore "
                "2 pair(s)" in ln for ln in lines), lines
 
     out = run_demo(world, models_dir, [fake()], lines, resume="fake")  # on a quiet machine, as the docs say

@@ -44,7 +44,7 @@ def test_a_disturbed_measurement_is_measured_again_at_the_end_of_its_round(world
     round2 = [r["order"] for r in recs if r["round"] == 2]
     assert max(round1) < again["order"] < min(round2)  # after its round, before the next
     assert sum("retake_of" in r for r in recs) == 1 and all(schema.errors("result", r) == [] for r in recs)
-    assert any("round 1: 1 measurement(s) do not count (1 disturbed by other work); measuring 1 again, restoring 1 "
+    assert any("round 1: 1 measurement(s) do not count (1 disturbed by other work); measuring 1 again to restore 1 "
                "pair(s)" in ln for ln in lines), lines
     assert RunDir.open(world / "r" / "fake").read_meta().plan.retake_cap == math.floor(0.1 * 2 * CELLS) == 1
 

@@ -144,9 +144,9 @@ class Retakes:
                                            ("failed", sum(g.why == "failed" for g in open_))) if n]
             line = f"{host}: round {round_}: {len(open_)} measurement(s) do not count ({', '.join(why)}); "
             if chosen:
-                line += (f"measuring {len(chosen)} again, restoring {gaps.restored(chosen, present, self.baselines)} "
-                         f"pair(s) (a baseline first: it pairs with every strategy on its task; "
-                         f"{len(self.taken)} of at most {self.cap} retakes in this run)")
+                line += (f"measuring {len(chosen)} again to restore {gaps.restored(chosen, present, self.baselines)} "
+                         f"pair(s) (those that restore the most first; {len(self.taken)} of at most {self.cap} "
+                         "retakes in this run)")
             else:
                 line += (f"none measured again ({len(self.taken)} of at most {self.cap} retakes in this run"
                          + (", the cap is spent" if not self.left else ": none would restore a pair") + ")")
