@@ -261,9 +261,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 @task(auto_shortflags=False, iterable=["strategy", "task_id", "host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
     "resume": "run id (or run folder) of a run to continue: an interrupted one's measurements are made, and in any "
-              "run what still does not count (disturbed, or failed where its cell succeeded) is retaken within the "
-              "cap; finished measurements are skipped. With it, --runs adds rounds, --retakes sets a new cap, "
-              "--quiet-wait a new wait",
+              "run what still does not count (disturbed, or failed while other work ran or where its cell "
+              "succeeded) is retaken within the cap; finished measurements are skipped. With it, --runs adds rounds, "
+              "--retakes sets a new cap, --quiet-wait a new wait",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
     "strategy": "only these strategies (repeat or comma-separate): an id (a combination in full: "
                 "'ngram-simple[size-n=3,size-m=16]'), a sweep's id for all its combinations, '<id>[*]' for every "
@@ -284,9 +284,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
                   "how much drift survives the pairing by rounds)",
     "retakes": "at most this many measurements are measured again in the run (default: the manifest's retakes, else "
                "10% of the planned measurements; 0: none), each at the end of its round: those other work disturbed "
-               "or that failed where their cell succeeded, chosen by the pairs they restore (a disturbed baseline "
-               "first: it pairs with every strategy on its task and prompt); with --resume, the run's new cap, the "
-               "retakes already made counting against it",
+               "or that failed while other work ran or where their cell succeeded, chosen by the pairs they restore "
+               "(a disturbed baseline first: it pairs with every strategy on its task and prompt); with --resume, "
+               "the run's new cap, the retakes already made counting against it",
     "quiet_wait": "before each timed request, wait at most this long (e.g. 30s, 2m) until other work on the host uses "
                   "less than a quarter of a core (looked at in half-second windows with the server ready), so fewer "
                   "measurements are disturbed; each record keeps its wait, RESULTS.md states the bound",

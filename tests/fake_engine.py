@@ -94,7 +94,8 @@ class FakeEngine(Engine):
                  recorded: dict[tuple[str, str, int], dict[str, Any]] | None = None, pace: float = 40.0,
                  speed: Callable[[dict[str, str]], float] | None = None, disturbed: Disturbed | None = None,
                  on_start: OnStart | None = None, exits: Callable[[dict[str, str]], bool] | None = None,
-                 mode: str = "ok", busy: Callable[[FakeEngine], bool] | None = None):
+                 mode: str = "ok", busy: Callable[[FakeEngine], bool] | None = None,
+                 request_fails: Disturbed | None = None):
         super().__init__(None)
         self.name = name
         self.held = {i.id: i for i in images or []}
@@ -103,6 +104,8 @@ class FakeEngine(Engine):
         self.speed = speed
         self.disturbed = disturbed
         self.busy = busy
+        #: (labels, attempt) -> the server of that container answers the timed request with an HTTP error
+        self.request_fails = request_fails
         #: /proc/stat reads so far: the scripted host's clock, in seconds
         self.reads = 0
         self.on_start = on_start
@@ -167,7 +170,8 @@ class FakeEngine(Engine):
     def _serve(self, rec: dict[str, Any], labels: dict[str, str], ctr: FakeContainer) -> FakeLlamaServer:
         out = rec["output"]
         tok_s = self.speed(labels) if self.speed is not None else rec["client"]["decode_tok_s"] * self.pace
-        server = FakeLlamaServer(list(out["tokens"]), mode=self.mode, text=out["text"],
+        fails = self.request_fails is not None and self.request_fails(labels, ctr.attempt)
+        server = FakeLlamaServer(list(out["tokens"]), mode="http-error" if fails else self.mode, text=out["text"],
                                  decode_s=(len(out["tokens"]) - 1) / tok_s,
                                  timings={**{k: v for k, v in rec["server"].items() if v is not None},
                                           "predicted_n": len(out["tokens"])})

@@ -77,6 +77,23 @@ def test_a_failure_is_a_gap_where_its_cell_succeeded_and_a_retake_chain_ends_at_
     assert first.id + "/retake" in {g.id for g in st.gaps} and first.id not in {g.id for g in st.gaps}
 
 
+def test_a_failure_while_other_work_ran_is_the_hosts_and_is_retaken(world, models_dir):
+    ms = _round(set(), failed={("ngram-mod", "json-out")})
+    assert gaps.state(ms).gaps == ()  # failed on a quiet host, its cell never succeeded: the strategy's
+    lost = _rec("ngram-mod", "json-out", 1, ok=False, disturbed=True)  # timed out while other work ran
+    others = [m for m in ms if (m.strategy, m.task) != ("ngram-mod", "json-out")]
+    assert [(g.slot[1], g.why) for g in gaps.state([*others, lost]).gaps] == [("ngram-mod", "failed")]
+    # through the kit: a request that fails while other work runs keeps the interference its window saw, and is
+    # measured again at the end of its round
+    first = disturb(("ngram-mod", "json-out", 1))
+    out = run_demo(world, models_dir, [fake(disturbed=first, request_fails=first)], runs=1, retakes=2)
+    recs = records(world)
+    failed = next(r for r in recs if r["status"] == "failed")
+    assert failed["interference"]["disturbed"] and schema.errors("result", failed) == []
+    again = next(r for r in recs if r.get("retake_of") == failed["measurement_id"])
+    assert again["status"] == "ok" and "1 measured again" in out
+
+
 BUSY_CAP = 3
 
 

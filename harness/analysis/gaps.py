@@ -3,8 +3,9 @@ the end of each round (harness/run/executor.py), and for the report, which names
 
 A planned measurement (a slot: host, strategy, task, prompt, round) is *present* when an attempt of it counts: ok
 and not disturbed by other work (on a host whose disturbed measurements are kept, disturbed ones count too). It is
-a *gap* when its latest attempt (the first take, or the last retake of it) other work disturbed, or failed where its
-cell succeeded in some other attempt: a failure every time is the strategy's, and no retake would fill it.
+a *gap* when its latest attempt (the first take, or the last retake of it) other work disturbed, or failed while
+other work disturbed it (a request that timed out on a saturated host), or failed where its cell succeeded in some
+other attempt; a failure every time on a quiet host is the strategy's, and no retake would fill it.
 
 A speedup is made of pairs: a strategy and its baseline on the same task, prompt and host in the same round. A
 retake is worth the pairs it restores: a baseline holds one for every strategy measured against it there, a
@@ -62,7 +63,7 @@ def state(measurements: Iterable[Measurement], kept_hosts: Collection[str] = ())
             continue
         if m.measured and m.disturbed:
             gaps[s] = Gap(m.id, s, "disturbed")
-        elif not m.ok and m.key in succeeded:
+        elif not m.ok and (m.key in succeeded or m.disturbed):
             gaps[s] = Gap(m.id, s, "failed")
     return State(frozenset(present), tuple(gaps.values()))
 

@@ -471,7 +471,8 @@ def completion_text(summary: dict[str, Any]) -> str:
     if c["fillable"]:
         what = [f"{n} {w}" for w, n in (("not measured yet (the run was interrupted)", c["unmeasured"]),
                                         ("disturbed by other work", c["disturbed"]),
-                                        ("failed where their cell succeeded", c["failed"])) if n]
+                                        ("failed while other work ran or where their cell succeeded",
+                                         c["failed"])) if n]
         cap = c["retake_cap"]
         out.append(f"{len(cells)} cell{'s' if len(cells) != 1 else ''} have no verdict (fewer than 3 paired rounds) "
                    f"that measuring again what does not count would give: {names}. Of the planned measurements, "

@@ -1,8 +1,8 @@
 """Executes a plan: hosts in parallel (one measurement at a time per host), records appended as they finish,
 progress, Ctrl-C and SIGTERM, leftovers removed, resume (measurements already recorded are skipped), and retakes:
-a measurement that other work disturbed (harness/run/interference.py), or that failed where its cell succeeded, is
-measured again at the end of its round, chosen by the pairs it restores (harness/analysis/gaps.py), up to the
-run's cap, both records kept and the second marked `retake_of` the first."""
+a measurement that other work disturbed (harness/run/interference.py), or that failed while other work ran or
+where its cell succeeded, is measured again at the end of its round, chosen by the pairs it restores
+(harness/analysis/gaps.py), up to the run's cap, both records kept and the second marked `retake_of` the first."""
 
 from __future__ import annotations
 
@@ -92,10 +92,11 @@ class Progress:
 
 class Retakes:
     """Which measurements are measured again, at the end of their round: those other work disturbed, or that failed
-    where their cell succeeded (harness/analysis/gaps.py), chosen by the pairs they restore (a disturbed baseline
-    first: it holds a pair for every strategy on its task and prompt), at most `cap` in the run (every host
-    together, every resume included), each once per execution, run in an order shuffled with the run's seed. Built
-    from the run's records, so a resumed run retakes what is still missing, and counts what it already retook."""
+    while it ran or where their cell succeeded (harness/analysis/gaps.py), chosen by the pairs they restore (a
+    disturbed baseline first: it holds a pair for every strategy on its task and prompt), at most `cap` in the run
+    (every host together, every resume included), each once per execution, run in an order shuffled with the run's
+    seed. Built from the run's records, so a resumed run retakes what is still missing, and counts what it already
+    retook."""
 
     def __init__(self, cap: int, seed: int, baselines: Mapping[str, str | None]):
         self.cap = cap

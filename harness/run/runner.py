@@ -121,12 +121,12 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
     have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
     the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed (or that
-    failed where their cell succeeded) are measured again at the end of their round, those that restore the most
-    pairs first (default: the manifest's, else 10% of the planned ones; run.json records the cap). `quiet_wait`
-    (seconds) waits before each timed request until other work on the host is below the disturbance threshold, at
-    most that long. A resumed run keeps its plan; `runs`, `retakes` and `quiet_wait` given with it change it (more
-    rounds, a new cap, a new wait: `_resume`). The image runs code from the manifest's source: the task decided
-    once whether it may (harness/intake/trust.py), before any engine was reached."""
+    failed while it ran, or where their cell succeeded) are measured again at the end of their round, those that
+    restore the most pairs first (default: the manifest's, else 10% of the planned ones; run.json records the cap).
+    `quiet_wait` (seconds) waits before each timed request until other work on the host is below the disturbance
+    threshold, at most that long. A resumed run keeps its plan; `runs`, `retakes` and `quiet_wait` given with it
+    change it (more rounds, a new cap, a new wait: `_resume`). The image runs code from the manifest's source: the
+    task decided once whether it may (harness/intake/trust.py), before any engine was reached."""
     manifest = trusted.manifest
     meta = None
     changes: dict[str, Any] = {}
@@ -315,7 +315,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
-            + (f", {counts['retakes']} measured again (disturbed, or failed where their cell succeeded)"
+            + (f", {counts['retakes']} measured again (disturbed by other work, or failed)"
                if counts["retakes"] else "")
             + f"; results in {rd.path}" + _to_complete(rd))
 
