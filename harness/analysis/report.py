@@ -17,6 +17,7 @@ from harness import KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
 from harness.analysis import stats, tuning_report
+from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_bytes, atomic_write_text
 from harness.store.rundir import RunDir
@@ -469,20 +470,20 @@ def completion_text(summary: dict[str, Any]) -> str:
     names += f" and {len(cells) - 12} more" if len(cells) > 12 else ""
     out = ["### To complete this run", ""]
     if c["fillable"]:
-        what = [f"{n} {w}" for w, n in (("not measured yet (the run was interrupted)", c["unmeasured"]),
-                                        ("disturbed by other work", c["disturbed"]),
-                                        ("failed while other work ran or where their cell succeeded",
-                                         c["failed"])) if n]
+        what = [f"{n} measurement{'s' if n != 1 else ''} {w}"
+                for w, n in (("not made yet (the run was interrupted)", c["unmeasured"]),
+                             ("disturbed by other work", c["disturbed"]),
+                             ("failed while other work ran or where their cell succeeded", c["failed"])) if n]
         cap = c["retake_cap"]
-        out.append(f"{len(cells)} cell{'s' if len(cells) != 1 else ''} have no verdict (fewer than 3 paired rounds) "
-                   f"that measuring again what does not count would give: {names}. Of the planned measurements, "
-                   f"{', '.join(what)}; "
+        out.append(f"{len(cells)} cell{' has' if len(cells) == 1 else 's have'} no verdict (fewer than "
+                   f"{MIN_ROUNDS} paired rounds) that measuring again would give: {names}. Not counted yet: "
+                   f"{'; '.join(what)}; "
                    + (f"the run retook {c['retakes_made']} of its cap of {cap}" if cap is not None else
-                      "the run predates retakes") + ". This resumes it and measures them, those that restore the "
-                   "most pairs first:")
+                      "the run predates retakes") + ". This resumes it and measures them (the retakes where they "
+                   "restore the most pairs first):")
     else:
-        out.append(f"{len(cells)} cell{'s' if len(cells) != 1 else ''} were planned with fewer rounds than a "
-                   f"verdict needs (3): {names}. "
+        out.append(f"{len(cells)} cell{' was' if len(cells) == 1 else 's were'} planned with fewer rounds than a "
+                   f"verdict needs ({MIN_ROUNDS}): {names}. "
                    + ("This resumes the run with the rounds they lack:" if c["resumes"] else
                       "Rounds follow the planned ones (a sweep's confirmation, --until), so the planned runs "
                       "cannot grow; a new run with enough rounds:"))
