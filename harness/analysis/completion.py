@@ -23,7 +23,7 @@ from harness.analysis.speedups import MIN_ROUNDS, paired_logs
 from harness.intake.bounded_yaml import parse_yaml
 from harness.store.runmeta import RunMeta
 
-#: The quiet wait the command suggests where other work disturbed what it retakes.
+#: The quiet wait the command suggests where other work ran during what it retakes.
 SUGGESTED_QUIET_WAIT = "30s"
 
 
@@ -97,7 +97,8 @@ def of(meta: RunMeta, index: CellIndex) -> Completion:
     base = Completion(tuple(fillable), tuple(short), len(unmeasured), sum(g.why == "disturbed" for g in st.gaps),
                       sum(g.why == "failed" for g in st.gaps), made, cap)
     if fillable:
-        return _resume_command(meta, base, len(st.gaps))
+        busy = {m.id for m in index.measurements if m.disturbed}  # a failure while other work ran included
+        return _resume_command(meta, base, len(st.gaps), any(g.id in busy for g in st.gaps))
     if short:
         return _more_rounds_command(meta, base)
     return base
@@ -112,13 +113,13 @@ def _head(meta: RunMeta, resume: bool) -> list[str]:
     return cmd
 
 
-def _resume_command(meta: RunMeta, c: Completion, n_gaps: int) -> Completion:
+def _resume_command(meta: RunMeta, c: Completion, n_gaps: int, busy: bool) -> Completion:
     cmd = _head(meta, True)
     flags: dict[str, str] = {}
     need = c.retakes_made + n_gaps
     if n_gaps and need > (c.retake_cap or 0):
         flags["--retakes"] = str(need)
-    if c.disturbed and not meta.plan.quiet_wait_s:
+    if busy and not meta.plan.quiet_wait_s:
         flags["--quiet-wait"] = SUGGESTED_QUIET_WAIT
     for k, v in flags.items():
         cmd += [k, v]
