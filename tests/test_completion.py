@@ -132,7 +132,7 @@ def test_a_busy_first_round_interrupted_and_resumed_ends_with_the_command_that_c
     text = render_run(rd, s, world / "R.md", None) + completion_text(s)
     assert text.rstrip().endswith("each measurement first waits up to that long for a quiet host.")
     assert f"`{command}`" in text and "4 cells have no verdict (fewer than 3 paired rounds)" in text
-    assert "Not counted yet: 6 measurements disturbed by other work; the run retook 3 of its cap of 3" in text
+    assert "To measure (again): 6 measurements disturbed by other work; the run retook 3 of its cap of 3" in text
 
     # the command, as written (the fake engine stands in for the host): every gap retaken, every cell judged
     words = shlex.split(command)

@@ -75,10 +75,11 @@ def of(meta: RunMeta, index: CellIndex) -> Completion:
     if meta.protocol == "reuse-server":
         return Completion()  # one server per strategy: nothing to retake, and the run is the naive one on purpose
     planned = planned_slots(meta)
-    st = gaps.state(index.measurements, index.busy)
+    figures = gaps.state(index.measurements, index.busy)  # what counts, as the figures count it
+    st = gaps.state(index.measurements)  # what a resume retakes (harness/run/executor.py): disturbed ones too
     recorded = {gaps.slot_of(m) for m in index.measurements}
     unmeasured = planned - recorded
-    reachable = set(st.present) | {g.slot for g in st.gaps} | unmeasured
+    reachable = set(figures.present) | {g.slot for g in st.gaps} | unmeasured
     fillable, short = [], []
     for host in meta.plan.hosts:
         for s in meta.planned_strategies():

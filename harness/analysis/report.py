@@ -477,7 +477,7 @@ def completion_text(summary: dict[str, Any]) -> str:
                              ("failed while other work ran or where their cell succeeded", c["failed"])) if n]
         cap = c["retake_cap"]
         out.append(f"{len(cells)} cell{' has' if len(cells) == 1 else 's have'} no verdict (fewer than "
-                   f"{MIN_ROUNDS} paired rounds) that measuring again would give: {names}. Not counted yet: "
+                   f"{MIN_ROUNDS} paired rounds) that measuring again would give: {names}. To measure (again): "
                    f"{'; '.join(what)}; "
                    + (f"the run retook {c['retakes_made']} of its cap of {cap}" if cap is not None else
                       "the run predates retakes") + ". This resumes it and measures them (the retakes where they "

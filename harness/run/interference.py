@@ -288,8 +288,8 @@ def interference(before: Sample, after: Sample, disturbed_cores: float = DISTURB
     return figure(before, after, disturbed_cores).as_dict()
 
 
-def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES) -> Figure:
-    """`interference` as a typed value."""
+def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES, what: str = "request") -> Figure:
+    """`interference` as a typed value; `what` the window is, in its reasons."""
     window = max(after.at - before.at, 1e-9)
     reasons: list[str] = []
     busy = steal = others = cores = frac = None
@@ -310,7 +310,7 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
         if cores + (steal or 0.0) / window > disturbed_cores:
             reasons.append(f"other work used {cores:.2f} cores" + (f" and steal {steal / window:.2f}"
                                                                    if steal else "") +
-                           f" on average over the {window:.2f} s request (limit {disturbed_cores:g})")
+                           f" on average over the {window:.2f} s {what} (limit {disturbed_cores:g})")
     throttled = None
     if before.throttle_count is not None and after.throttle_count is not None:
         throttled = after.throttle_count > before.throttle_count
@@ -362,7 +362,7 @@ def wait_quiet(engine: Engine, container, bound_s: float, client_on_host: bool |
     while True:
         time.sleep(max(0.0, min(window_s, bound_s - (time.monotonic() - t0))))
         cur = sample(engine, container, edge="end", client_on_host=client_on_host)
-        fig = figure(prev, cur)
+        fig = figure(prev, cur, what="look before the request")
         windows += 1
         prev = cur
         if not fig.disturbed or time.monotonic() - t0 >= bound_s:
