@@ -78,11 +78,19 @@ def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Serv
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
-def server_statistics(server: Server) -> dict[str, Any]:
+def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, Any]:
     """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
-    statistics and the speculative implementations it added with their parameters."""
-    parsed = serverlog.parse(server.log(tail=SERVER_LOG_LINES))
-    return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    statistics, the speculative implementations it added with their parameters, and each draft call's accepted
+    and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
+    # every draft call prints a line: at most one per token of each stream
+    tail = SERVER_LOG_LINES + 2 * item.cell.task.n_predict * item.cell.strategy.parallel
+    parsed = serverlog.parse(server.log(tail=tail))
+    out = {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    calls = serverlog.draft_calls(parsed, seen)
+    seen.update(parsed["calls"], parsed["task_accepted"])
+    if calls is not None:
+        out["draft_calls"] = calls
+    return out
 
 
 def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
@@ -156,7 +164,7 @@ class FreshContainer:
                 t_done = time.monotonic()
                 rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
-                rec["server_log"] = server_statistics(server)
+                rec["server_log"] = server_statistics(server, item, set())
                 if ctx.backend in GPU_BACKENDS:
                     rec["device"] = device_use(ctx, server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
@@ -197,6 +205,7 @@ class ReuseServer:
         server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image,
                         ctx.access_on(engine), labels_for(ctx.run_id, strategy, None, None))
         emitted = 0
+        seen: set[int] = set()  # the server's tasks (requests) whose draft calls are already in a record
         try:
             with server:
                 used = device_use(ctx, server)
@@ -212,7 +221,7 @@ class ReuseServer:
                         rec["slots"] = server.slot_facts()
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
-                        rec["server_log"] = server_statistics(server)
+                        rec["server_log"] = server_statistics(server, item, seen)
                         if ctx.backend in GPU_BACKENDS:
                             rec["device"] = used
                     except MeasurementFailed as e:
