@@ -288,3 +288,13 @@ def test_report_shows_the_sections_and_the_plots(tmp_path):
     assert "## Acceptance parity" in text and "**differs**" in text
     summary = json.loads((tmp_path / "demo-cpu" / "summary.json").read_text())
     assert schema.errors("summary", summary) == []
+
+
+def test_positions_reach_the_longest_draft_even_where_none_was_accepted_that_far():
+    # two calls of 8 drafted tokens, 2 and 3 accepted: positions 4..8 accepted in no call
+    rec = {"strategy": "s", "task": "t", "status": "ok", "client": {"decode_tok_s": 1.0},
+           "server": {"predicted_n": 10, "draft_n": 16, "draft_n_accepted": 5},
+           "server_log": {"draft_calls": {"calls": 2, "accepted": [0, 0, 1, 1], "drafted": [0] * 8 + [2]}}}
+    pos = acc.Positions()
+    pos.add(Measurement.of(rec))
+    assert pos.shares == [1.0, 1.0, 0.5, 0, 0, 0, 0, 0] and pos.accepted_hist == [0, 0, 1, 1]

@@ -61,7 +61,8 @@ class Positions:
         calls = sl.get("draft_calls")
         if isinstance(calls, dict) and calls.get("calls"):
             hist = [int(x) for x in calls["accepted"]]
-            self._reach([sum(hist[k:]) for k in range(1, len(hist))], int(calls["calls"]))
+            longest = max(len(hist), len(calls.get("drafted") or [])) - 1  # positions drafted, accepted or not
+            self._reach([sum(hist[k:]) for k in range(1, longest + 1)], int(calls["calls"]))
             self.accepted_hist.extend([0] * (len(hist) - len(self.accepted_hist)))
             for i, x in enumerate(hist):
                 self.accepted_hist[i] += x
