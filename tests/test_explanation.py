@@ -298,3 +298,28 @@ def test_positions_reach_the_longest_draft_even_where_none_was_accepted_that_far
     pos = acc.Positions()
     pos.add(Measurement.of(rec))
     assert pos.shares == [1.0, 1.0, 0.5, 0, 0, 0, 0, 0] and pos.accepted_hist == [0, 0, 1, 1]
+
+
+def test_a_request_whose_acceptance_line_is_logged_after_its_response_is_waited_for():
+    """llama-server logs from a thread of its own: the calls of a request can be in the log before its acceptance
+    line. The record waits for that line (on the recorded log, replayed in two steps) rather than drop the calls."""
+    from types import SimpleNamespace
+
+    from harness.run import protocol
+
+    lines = (LOGS / "calls-draft-simple-lv4.log").read_text().splitlines()
+    upto = next(i for i, ln in enumerate(lines) if "draft acceptance" in ln)
+    reads = []
+
+    def log(tail: int) -> str:
+        reads.append(tail)
+        return "\n".join(lines if len(reads) > 2 else lines[:upto])
+
+    item = SimpleNamespace(cell=SimpleNamespace(task=SimpleNamespace(n_predict=128),
+                                                strategy=SimpleNamespace(parallel=1)))
+    seen: set[int] = set()
+    out = protocol.server_statistics(SimpleNamespace(log=log), item, seen)
+    assert len(reads) == 3 and reads[0] >= 29 + 40  # every call line of 128 tokens fits the tail read
+    assert out["draft_calls"]["calls"] == 29 and out["draft_acceptance"]["accepted"] == 98 and seen == {0}
+    # the same server's next request: its earlier task is left out
+    assert "draft_calls" not in protocol.server_statistics(SimpleNamespace(log=log), item, seen)

@@ -25,6 +25,8 @@ from harness.schema import FORMAT_VERSIONS
 Emit = Callable[[dict[str, Any]], None]
 #: Log lines read after a request for the server's own statistics (printed at its end).
 SERVER_LOG_LINES = 200
+#: How long to wait for the acceptance line of a request whose draft calls are already in the log.
+STATS_WAIT_S = 5.0
 
 
 @dataclass
@@ -84,7 +86,14 @@ def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str
     and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
     # every draft call prints a line: at most one per token of each stream
     tail = SERVER_LOG_LINES + 2 * item.cell.task.n_predict * item.cell.strategy.parallel
-    parsed = serverlog.parse(server.log(tail=tail))
+    deadline = time.monotonic() + STATS_WAIT_S
+    while True:
+        parsed = serverlog.parse(server.log(tail=tail))
+        # the server logs from a thread of its own: a request's last lines may follow its response
+        late = [t for t in parsed["calls"] if t not in seen and t not in parsed["task_accepted"]]
+        if not late or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     out = {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
     calls = serverlog.draft_calls(parsed, seen)
     seen.update(parsed["calls"], parsed["task_accepted"])
