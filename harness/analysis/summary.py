@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from harness.analysis import checks, stats, tuning, words
+from harness.analysis import checks, explanation, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
@@ -127,7 +127,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                                                                meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
-    } | tuning.summary(meta, index)
+    } | tuning.summary(meta, index) | explanation.summary(meta, index, baselines, run_stats.table)
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
