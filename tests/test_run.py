@@ -129,6 +129,11 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     assert nd[1] > 1.4 * nd[0] and na[1] > 1.3 * na[0], (nd, na)
     # fresh containers: every run starts cold, the draft counts are the same each time
     assert len(set(fd)) == 1 and fd[0] == nd[0], (fd, nd)
+    # each request's draft calls are its own, in one server as in fresh containers: they add up to its counts
+    for r in naive + fresh:
+        calls = r["server_log"]["draft_calls"]
+        assert (sum(i * n for i, n in enumerate(calls["accepted"])), calls["tasks"]) == \
+            (r["server"]["draft_n_accepted"], 1), r["server_log"]
     assert all(r["protocol"] == "reuse-server" for r in naive)
     from harness.analysis.summary import summarize
 
@@ -144,6 +149,14 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     fresh_check = fresh_cell["checks"]["contamination"]
     assert fresh_check["data"]["kind"] in ("none", "drift", "unstable"), fresh_check
     assert fresh_check["data"]["fingerprint"]["identical"], fresh_check
+    # request by request: the naive server's second ngram-mod request drafted beyond what any fresh one did
+    from harness.analysis import explanation_report as why
+
+    naive_summary, fresh_summary = (summarize(RunDir.open(tmp_path / "r" / x)) for x in ("naive", "fresh"))
+    rows = [r for r in naive_summary["requests"]["servers"] if r["strategy"] == "ngram-mod"]
+    assert [r["drafted"] for r in rows] == nd
+    table, sentence = why.requests_table(naive_summary, why.fresh_peer(naive_summary, [fresh_summary]))
+    assert "≠" in table and not sentence.startswith("0 of")
     cache_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"]
                       if c["strategy"] == "ngram-cache")
     assert cache_cell["checks"]["contamination"]["data"]["kind"] == "naive"

@@ -16,7 +16,9 @@ from tabulate import tabulate
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
-from harness.analysis import stats, tuning_report
+from harness.analysis import explanation, stats, tuning_report
+from harness.analysis import explanation_report as why_report
+from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_bytes, atomic_write_text
@@ -387,7 +389,8 @@ def _family(fam: dict[str, Any]) -> str:
             f"{geo}.")
 
 
-def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None) -> str:
+def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None, beside: str = "") -> str:
+    """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
     parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
@@ -400,7 +403,7 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
               _family(summary["family"]), "", _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
-        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()})", ""]
+        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()}) {beside}".rstrip(), ""]
     parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", "", table, ""]
     if notes:
         parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
@@ -547,9 +550,10 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
     written: list[Path] = []
     sections = []
     names = []
+    summaries = {d: summarize(RunDir.open(d)) for d in run_dirs}  # a reused-server run is shown beside fresh ones
     for d in run_dirs:
         rd = RunDir.open(d)
-        summary = summarize(rd)
+        summary = summaries[d]
         schema.check("summary", summary, f"{rd.path}/summary.json")
         sp = rd.path / "summary.json"
         atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
@@ -558,10 +562,17 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         if png:
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}
-        written += extra.values()
-        sections.append(render_run(rd, summary, out_path, png) + tuning_report.section(summary, out_path, extra)
+        why = why_report.write_plots(summary, rd.path, list(summaries.values())) if plot else {}
+        written += [*extra.values(), *why.values()]
+        sections.append(render_run(rd, summary, out_path, png, why_report.image(why, "positions", out_path,
+                                                                                "acceptance by draft position"))
+                        + tuning_report.section(summary, out_path, extra)
+                        + why_report.section(summary, out_path, why, list(summaries.values()))
                         + completion_text(summary))
         names.append(summary["manifest"]["name"])
+    parity = why_report.parity_section(explanation.report_parity(
+        [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))
+    sections += [parity] if parity else []
     if comparison is not None:
         sections.append("\n".join([f"## Comparison: {fm.md(comparison['a']['run_id'])} (A) vs "
                                    f"{fm.md(comparison['b']['run_id'])} (B)", "", "```",

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from harness.analysis import checks, completion, gaps, stats, tuning, words
+from harness.analysis import checks, completion, explanation, gaps, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
@@ -130,7 +130,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "sensitivity": sensitivity(index, meta),
         "quiet_wait": quiet_wait_summary(meta, index),
         "completion": completion.of(meta, index).as_dict(),
-    } | tuning.summary(meta, index)
+    } | tuning.summary(meta, index) | explanation.summary(meta, index, baselines, run_stats.table)
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:

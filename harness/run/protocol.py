@@ -26,6 +26,8 @@ from harness.schema import FORMAT_VERSIONS
 Emit = Callable[[dict[str, Any]], None]
 #: Log lines read after a request for the server's own statistics (printed at its end).
 SERVER_LOG_LINES = 200
+#: How long to wait for the acceptance line of a request whose draft calls are already in the log.
+STATS_WAIT_S = 5.0
 
 
 @dataclass
@@ -85,11 +87,26 @@ def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Serv
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
-def server_statistics(server: Server) -> dict[str, Any]:
+def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, Any]:
     """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
-    statistics and the speculative implementations it added with their parameters."""
-    parsed = serverlog.parse(server.log(tail=SERVER_LOG_LINES))
-    return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    statistics, the speculative implementations it added with their parameters, and each draft call's accepted
+    and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
+    # every draft call prints a line: at most one per token of each stream
+    tail = SERVER_LOG_LINES + 2 * item.cell.task.n_predict * item.cell.strategy.parallel
+    deadline = time.monotonic() + STATS_WAIT_S
+    while True:
+        parsed = serverlog.parse(server.log(tail=tail))
+        # the server logs from a thread of its own: a request's last lines may follow its response
+        late = [t for t in parsed["calls"] if t not in seen and t not in parsed["task_accepted"]]
+        if not late or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    out = {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    calls = serverlog.draft_calls(parsed, seen)
+    seen.update(parsed["calls"], parsed["task_accepted"])
+    if calls is not None:
+        out["draft_calls"] = calls
+    return out
 
 
 def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
@@ -178,7 +195,7 @@ class FreshContainer:
                 t_done = time.monotonic()
                 rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
-                rec["server_log"] = server_statistics(server)
+                rec["server_log"] = server_statistics(server, item, set())
                 if backends.get(ctx.backend).gpu:
                     rec["device"] = device_use(ctx, server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
@@ -219,6 +236,7 @@ class ReuseServer:
         server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image,
                         ctx.access_on(engine), labels_for(ctx.run_id, strategy, None, None))
         emitted = 0
+        seen: set[int] = set()  # the server's tasks (requests) whose draft calls are already in a record
         try:
             with server:
                 used = device_use(ctx, server)
@@ -234,7 +252,7 @@ class ReuseServer:
                         rec["slots"] = server.slot_facts()
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
-                        rec["server_log"] = server_statistics(server)
+                        rec["server_log"] = server_statistics(server, item, seen)
                         if backends.get(ctx.backend).gpu:
                             rec["device"] = used
                     except MeasurementFailed as e:
