@@ -28,7 +28,8 @@ def _records(run_dir):
 
 
 def _demo_plan(demo_manifest):
-    """The demo's plan at 2 runs and what its confirmation rounds add (the sweep's best two and their baseline)."""
+    """The demo's plan at 2 runs and what its confirmation rounds add (the sweep's best two and their baseline at
+    each of its levels)."""
     plan = make_plan(demo_manifest, ["local"], runs=2, shuffle_seed=0)
     baselines = {s.id: (b.id if (b := demo_manifest.baseline_for(s)) else None) for s in plan.strategies}
     return plan, plan.confirm_measurements(confirm_rounds(demo_manifest, 2), baselines)
@@ -38,7 +39,7 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     recs = _records(demo_run)
     plan, confirm = _demo_plan(demo_manifest)
     planned = len(plan.items) + confirm
-    assert len(first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 3 * 8
+    assert len(first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 5 * 8
     assert len(recs) - planned <= RunDir.open(demo_run).read_meta().plan.retake_cap == 17 * 8 * 2 // 10
     for r in recs:
         assert schema.errors("result", r) == []
@@ -84,12 +85,12 @@ def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
     rounds = {}
     for r in first_takes(recs):
         rounds.setdefault(r["round"], []).append(f"{r['strategy']}/{r['task']}")
-    # the planned rounds, then the confirmation rounds of the sweep's best two and their baseline
+    # the planned rounds, then the confirmation rounds of the sweep's best two and their baseline at every level
     assert set(rounds) == {1, 2, 3, 4}
     assert sorted(rounds[1]) == sorted(rounds[2]) and len(rounds[1]) == 17 * 8
     assert rounds[1] != rounds[2]
-    assert sorted(rounds[3]) == sorted(rounds[4]) and len(rounds[3]) == 3 * 8
-    confirmed = {x.split("/")[0] for x in rounds[3]} - {"baseline"}
+    assert sorted(rounds[3]) == sorted(rounds[4]) and len(rounds[3]) == 5 * 8
+    confirmed = {x.split("/")[0] for x in rounds[3]} - {"baseline", "baseline[parallel=2]", "baseline[parallel=4]"}
     assert len(confirmed) == 2 and all(c.startswith("ngram-simple[") for c in confirmed)
     # a round finishes before the next begins
     assert [r["round"] for r in recs] == sorted(r["round"] for r in recs)

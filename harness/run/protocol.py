@@ -42,6 +42,8 @@ class Context:
     on_warning: Callable[[Engine, dict[str, str]], None]
     #: What each host's containers get (harness/hosts/devices.py); a host missing here gets none.
     access: dict[str, Access] = field(default_factory=dict)
+    #: Wait at most this long before each timed request for a quiet host (0: no wait; harness/run/interference.py).
+    quiet_wait_s: float = 0.0
 
     def access_on(self, engine: Engine) -> Access:
         """The devices a container of this run gets on the engine's host."""
@@ -70,13 +72,17 @@ def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
 
 def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
     """The timed request against a ready server, its figures into the record (with the interference other work
-    caused during it); a failure says whether the server died, with its log tail."""
+    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    if ctx.quiet_wait_s > 0:
+        rec.setdefault("quiet", {})["wait"] = interference.wait_quiet(engine, server.container, ctx.quiet_wait_s)
     try:
         rec.update(run_request(ctx.manifest, t, server.endpoint, p.text(), with_probs=not s.speculative
                                and s.parallel == 1, parallel=s.parallel,
                                window=lambda: interference.around(engine, server.container)))
     except MeasurementFailed as e:
+        if e.interference:
+            rec["interference"] = e.interference  # a failure while other work ran may be the host's: retaken
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
