@@ -60,6 +60,17 @@ def _fraction(flag: str, value) -> float | None:
     except ValueError:
         raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
 
+
+def _seconds(flag: str, value) -> float | None:
+    """'30s', '2m', '45' (seconds) -> seconds."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m)?\s*", str(value))
+    if not m:
+        raise KitError(f"{flag}: expected a duration such as 30s or 2m, got {value!r}")
+    return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+
+
 MARGIN_HELP = ("how far B/A of a speedup may be from 1 and still reproduce, e.g. 5% or 0.15 (default 5%); a cell "
                "differs when its 95% interval lies wholly outside it")
 
@@ -163,11 +174,11 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
     from harness.intake import trust
-    from harness.models import ensure as md
+    from harness.models.ensure import ensure
 
     m = mf.load(_manifest_path(c, manifest))
     trust.decide(m, trust_source, only="models.")  # the task's one decision, before any index is contacted
-    paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
+    paths = ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
     from harness.files import file_sha256
 
     for key, p in paths.items():
@@ -192,15 +203,14 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
-    from harness.image import build as bd
-    from harness.image import recipe
+    from harness.image import backends, build, recipe
     from harness.intake import manifest as mf
     from harness.intake import trust
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
-    if backend is not None and backend not in ("cpu", "cuda", "vulkan"):
-        raise KitError(f"--backend: {backend!r} is not one of ['cpu', 'cuda', 'vulkan']")
+    if backend is not None and backend not in backends.names():
+        raise KitError(f"--backend: {backend!r} is not one of {backends.names()}")
     # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     m = trusted.manifest
@@ -209,7 +219,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 
         tree = describe_source(m, prefer=source)
         made = None
-        if (backend or m.build.backend) == "cuda" and not m.build.base_image:
+        if backends.get(backend or m.build.backend).debian is None and not m.build.base_image:
             from harness.image import cuda_base
 
             made = cuda_base.planned(offline=base == "offline")
@@ -217,7 +227,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = bd.build(eng, trusted, backend=backend, force=force, prefer=source,
+            rec = build.build(eng, trusted, backend=backend, force=force, prefer=source,
                            jobs=int(jobs) if jobs else None, host=eng.name, offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
@@ -249,13 +259,17 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 
 @task(auto_shortflags=False, iterable=["strategy", "task_id", "host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
-    "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
+    "resume": "run id (or run folder) of a run to continue: an interrupted one's measurements are made, and in any "
+              "run what still does not count (disturbed, or failed while other work ran or where its cell "
+              "succeeded) is retaken within the cap; finished measurements are skipped. With it, --runs adds rounds, "
+              "--retakes sets a new cap, --quiet-wait a new wait",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
     "strategy": "only these strategies (repeat or comma-separate): an id (a combination in full: "
                 "'ngram-simple[size-n=3,size-m=16]'), a sweep's id for all its combinations, '<id>[*]' for every "
                 "combination and concurrency level of a manifest entry",
     "task_id": "only these tasks (repeat or comma-separate)",
-    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs)",
+    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs); with --resume, "
+            "more runs than the run planned add rounds (where no round follows its planned ones)",
     "no_build": "fail instead of building the image when no engine holds one of this build",
     "reuse_server": "the NAIVE protocol on purpose: one server per strategy, caches carry over (labelled so)",
     "seed": "shuffle seed for the round order (default: random, recorded)",
@@ -267,8 +281,14 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "max_rounds": "round cap for --until (default 20); cells still wider are named",
     "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
                   "how much drift survives the pairing by rounds)",
-    "retakes": "at most this many measurements that other work disturbed are measured again, each at the end of "
-               "its round (default: the manifest's retakes, else 10% of the planned measurements; 0: none)",
+    "retakes": "at most this many measurements are measured again in the run (default: the manifest's retakes, else "
+               "10% of the planned measurements; 0: none), each at the end of its round: those other work disturbed "
+               "or that failed while other work ran or where their cell succeeded, chosen by the pairs they restore "
+               "(a disturbed baseline first: it pairs with every strategy on its task and prompt); with --resume, "
+               "the run's new cap, the retakes already made counting against it",
+    "quiet_wait": "before each timed request, wait at most this long (e.g. 30s, 2m) until other work on the host uses "
+                  "less than a quarter of a core (looked at in half-second windows with the server ready), so fewer "
+                  "measurements are disturbed; each record keeps its wait, RESULTS.md states the bound",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -276,7 +296,7 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None):
+        retakes=None, quiet_wait=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
@@ -284,9 +304,10 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     from harness.run import runner
 
     retakes = _int("--retakes", retakes, minimum=0)
+    wait = _seconds("--quiet-wait", quiet_wait)
     # one load and one trust decision, before any engine is reached; the run is handed both
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
-    runs = runs or _cfg(c, "runs")
+    runs = runs or (None if resume else _cfg(c, "runs"))  # a resume keeps its runs unless told
 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
@@ -295,7 +316,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
             reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
             engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, build_missing=not no_build, retakes=retakes)
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait)
     print(out)
 
 
@@ -307,10 +328,10 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 @kit_errors
 def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
-    from harness.analysis import report as rp
+    from harness.analysis import report
 
-    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
-    written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
+    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [report.latest_run(Path(_cfg(c, "results", "results")))]
+    written = report.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
 
@@ -322,12 +343,12 @@ def report(c, run_dir=None, out=None, no_plot=False):
 def sensitivity(c, run_dir=None):
     """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
-    from harness.analysis import report as rp
+    from harness.analysis import report
     from harness.analysis.summary import summarize
     from harness.store.rundir import RunDir
 
-    d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
-    table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
+    d = Path(run_dir) if run_dir else report.latest_run(Path(_cfg(c, "results", "results")))
+    table = report.sensitivity_table(summarize(RunDir.open(d)), "simple")
     if not table:
         raise KitError(f"{d}: no perturbation task in this run (a task with `perturbation: true` and several "
                        "prompts)")
@@ -403,7 +424,7 @@ def compare(c, a, b, out=None, margin="5%"):
     import tempfile
 
     from harness.analysis import compare as cmp
-    from harness.analysis import report as rp
+    from harness.analysis import report
     from harness.share import bundle as bu
 
     with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
@@ -414,7 +435,7 @@ def compare(c, a, b, out=None, margin="5%"):
         res = cmp.compare(dirs[0], dirs[1], _margin(margin))
         print(console_lines(cmp.text(res)))
         if out:
-            rp.write([dirs[1]], Path(out), plot=False, comparison=res)
+            report.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")
 
 
@@ -428,7 +449,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     """Measure each host's memory bandwidth in the image; later runs' physics checks use it, not the spec sheet."""
     from harness.image import images
     from harness.intake import manifest as mf
-    from harness.run import bandwidth as pb
+    from harness.run import bandwidth
 
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
@@ -438,7 +459,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = pb.probe_host(eng, m, rec, int(size_mib) if size_mib else None)
+            res = bandwidth.probe_host(eng, m, rec, int(size_mib) if size_mib else None)
             on = f" on {res['device']}" if res.get("device") else ""
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}{on}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")

@@ -137,12 +137,6 @@ class SpeedupTable:
         """Tests in the table's family (two per judged cell and geometric mean)."""
         return next((s.judgement.family for s in [*self.cells.values(), *self.geomeans] if s.judgement.family), 0)
 
-    def marks(self) -> dict[Verdict, int]:
-        out: dict[Verdict, int] = defaultdict(int)
-        for s in self.cells.values():
-            out[s.verdict] += 1
-        return dict(out)
-
     def power(self) -> Power:
         """What these rounds could mark (see `Power`)."""
         judged = [s for s in self.cells.values() if s.judgement.smallest is not None]

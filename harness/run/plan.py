@@ -11,7 +11,8 @@ from pathlib import Path
 from harness import KitError
 from harness.files import display_path
 from harness.formatter import size
-from harness.image import source
+from harness.image import backends, source
+from harness.intake import spec_types
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
@@ -97,13 +98,28 @@ class Plan:
         out = {f: [s for s in ss if s.parallel == lowest[f]] for f, ss in out.items()}
         return {f: ss for f, ss in out.items() if len(ss) > 1}
 
+    def confirm_strategies(self, top: list[str], baselines: dict[str, str | None]) -> list[str]:
+        """What the confirmation rounds measure of a sweep's best combinations `top` (ids at the entry's lowest
+        level): each of them at every concurrency level of its entry, the baselines they pair with, and every level
+        of those baselines' entries, so that the serving comparison of the winner at N clients rests on fresh
+        rounds too. In plan order."""
+        by_id = {s.id: s for s in self.strategies}
+        want: set[str] = set()
+        for c in top:
+            combo = by_id[c]
+            levels = [s.id for s in self.strategies if s.family_id == combo.family_id and s.sweep == combo.sweep]
+            want |= set(levels)
+            for sid in levels:
+                base = by_id.get(baselines.get(sid) or "")
+                if base is not None:
+                    want |= {s.id for s in self.strategies if s.family_id == base.family_id}
+        return [s.id for s in self.strategies if s.id in want]
+
     def confirm_measurements(self, rounds: int, baselines: dict[str, str | None]) -> int:
-        """How many measurements the confirmation rounds will add: per round and prompt, each sweep's best two
-        combinations and the baselines they pair with (each once)."""
-        cells = set()
-        for ss in self.sweeps().values():
-            for s in ss[:2]:
-                cells |= {s.id, baselines.get(s.id) or s.id}
+        """How many measurements the confirmation rounds will add: per round and prompt, what
+        `confirm_strategies` measures of each sweep's best two combinations (each once)."""
+        cells = {sid for ss in self.sweeps().values()
+                 for sid in self.confirm_strategies([s.id for s in ss[:2]], baselines)}
         return rounds * len(cells) * sum(len(t.prompts) for t in self.tasks) * len(self.hosts)
 
     def describe(self) -> str:
@@ -144,7 +160,7 @@ def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | 
 def aa_twin(baseline: Strategy) -> Strategy:
     """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
     the report shows how much drift survives the pairing by rounds."""
-    return Strategy(f"{baseline.id}-aa", "none", None, baseline.args, f"A/A control of {baseline.id}",
+    return Strategy(f"{baseline.id}-aa", baseline.spec_type, None, baseline.args, f"A/A control of {baseline.id}",
                     baseline.parallel, baseline.model, baseline.id, f"{baseline.id}-aa")
 
 
@@ -199,7 +215,7 @@ def model_preflight(manifest: Manifest, models_dir: Path,
                                f"headers): models.{key} ({where}) is not there yet; `invoke models`, then validate "
                                "again")
         present = {k for k, m in manifest.models.items() if m.local_path(models_dir).is_file()}
-        flavoured = [s.id for s in manifest.strategies if (s.draft or s.spec_type == "draft-mtp")
+        flavoured = [s.id for s in manifest.strategies if (s.draft or spec_types.get(s.spec_type).flavours)
                      and set(s.model_keys()) <= present]
         if supported is None and flavoured:
             not_checked.append(f"strategies {', '.join(flavoured)}: the drafter flavour against the image's "
@@ -249,7 +265,8 @@ def sweep_lines(manifest: Manifest, plan: Plan) -> list[str]:
         extra = plan.confirm_measurements(rounds, {s.id: (b.id if (b := manifest.baseline_for(s)) else None)
                                                    for s in plan.strategies})
         lines.append(f"confirmation: {rounds} fresh rounds of each sweep's best two combinations and their "
-                     f"baseline after the sweep: +{extra} measurements, {len(plan.items) + extra} in all")
+                     f"baseline, each at every concurrency level of its entry, after the sweep: +{extra} "
+                     f"measurements, {len(plan.items) + extra} in all")
     return lines
 
 
@@ -275,9 +292,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
-             f"build: {manifest.build.backend}"
-             + (f", CUDA arch {manifest.build.cuda_architectures}" if manifest.build.backend == "cuda" else "")
-             + f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
+             f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
+             f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
              "strategies:"]
     untrusted = [f for f, _, _ in untrusted_fields(manifest)]
     if untrusted:

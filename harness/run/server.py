@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.hosts.devices import GPU_BACKENDS, Access
+from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, Mount
+from harness.image import backends
 from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
 from harness.run import serverlog
@@ -21,6 +23,10 @@ MODELS_MOUNT = "/models"
 #: GPU backends' servers log at trace level: llama.cpp's load lines (the device each model went to, layers
 #: offloaded, device buffers) are there; the extra lines are per request, not per token.
 GPU_LOG_FLAGS = ["-lv", "4"]
+#: Speculative servers print one info-level line per draft call (`accepted  2/ 8 draft tokens`) when this is set:
+#: what acceptance by draft position is counted from (harness/run/serverlog.py). One line per target pass at most;
+#: it also lists each tensor once at load, before anything is timed.
+TRACE_ENV = (("LLAMA_TRACE", "1"),)
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
 #: After a failed request, how long to wait for a dying container to be reported exited.
@@ -62,7 +68,9 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
     cmd = server_command(manifest, strategy, model_paths, port)
-    if access.backend in GPU_BACKENDS:
+    if strategy.speculative:
+        access = dataclasses.replace(access, environment=access.environment + TRACE_ENV)
+    if backends.get(access.backend).gpu:
         at = cmd.index("--host")
         cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]
     return ServerSpec(image, cmd, mounts, access)
