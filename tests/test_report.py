@@ -36,7 +36,7 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
     judged = [c for c in summary["cells"] if c["baseline"] is not None and c["verdict"]["kind"] != "too few rounds"]
     assert judged and all(len(c["paired_rounds"]) >= 3 for c in judged)
     assert summary["family"]["cells"] == len(judged)
-    assert f"Marks are judged as one family: {len(judged)} cells" in text
+    assert f"is judged in one family: {len(judged)} cells and" in text
     assert "95% interval" in text and "### Interference" in text and "### Stability warnings" in text
     assert "one fresh container per measurement" in text
     assert "| of roofline " in text

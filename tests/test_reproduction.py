@@ -81,11 +81,11 @@ def test_inconclusive_says_the_smallest_margin_and_the_rounds_a_margin_needs():
 
 
 def test_rounds_needed_in_b_are_enough():
-    a = analyze(matrix(TRUTH, 12, noise=0.02, seed=1))
-    b = analyze(matrix(TRUTH, 3, noise=0.02, seed=5))
+    a = analyze(matrix(TRUTH, 12, noise=0.03, seed=1))
+    b = analyze(matrix(TRUTH, 3, noise=0.03, seed=5))
     rep = rp.reproduction(a, b)
     assert rep.call is rp.Call.INCONCLUSIVE and rep.rounds_needed is not None and rep.rounds_needed > 3
-    more = analyze(matrix(TRUTH, rep.rounds_needed + 2, noise=0.02, seed=5))
+    more = analyze(matrix(TRUTH, rep.rounds_needed + 2, noise=0.03, seed=5))
     assert rp.reproduction(a, more).call is rp.Call.REPRODUCES
 
 

@@ -192,10 +192,13 @@ def _speedups(v: View) -> str:
         part = f" (over {len(g['tasks'])} of {len(g['tasks']) + len(g['left_out'])} tasks)" \
             if g and g.get("left_out") else ""
         row.append(f"**{_speedup_text(g['estimate'], g['interval'], g['verdict'])}**{part}" if g else "-")
+        tasks = (g or {}).get("between_tasks")
+        row.append(fm.interval(tasks["low"], tasks["high"]) if tasks and tasks.get("low") is not None else "-")
         rows.append(row)
     if not rows:
         return "(no strategy with a baseline)"
-    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] + ["geomean"])
+    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] +
+                  ["geomean (for these prompts)", "for tasks like these"])
 
 
 def _notes(v: View, c: dict[str, Any]) -> list[str]:
@@ -379,14 +382,18 @@ def _determinism(v: View) -> str:
 
 
 def _family(fam: dict[str, Any]) -> str:
-    """The family rule beside the table, with the number of cells it covers."""
+    """What the printed table's marks guarantee, with the family they were judged in, and what its rounds could
+    mark."""
     if not fam["cells"]:
         return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
-    geo = (f"the {fam['geomeans']} geometric mean{'s are' if fam['geomeans'] != 1 else ' is'} a family of "
-           f"{'their' if fam['geomeans'] != 1 else 'its'} own ({fam['geomean_tests']} tests)")
-    return (f"Marks are judged as one family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''}, "
-            f"{fam['tests']} tests, Holm's procedure at 5% (all the marks of a table are right in 95% of tables); "
-            f"{geo}.")
+    text = (f"Every mark of this table, cells and geometric means alike, is judged in one family: "
+            f"{fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
+            f"mean{'s' if fam['geomeans'] != 1 else ''}, {fam['tests']} tests (differs from 1; within "
+            f"±{fm.pct(fam.get('band', 0.02))} by two one-sided tests), Holm's procedure at 5%: in 95% of tables no "
+            "mark of the table is wrong. The geometric mean's interval is for these prompts; the one for tasks like "
+            "these also counts how much tasks differ.")
+    sentence = (fam.get("power") or {}).get("sentence")
+    return f"{text} {sentence}" if sentence else text
 
 
 def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None, beside: str = "") -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from harness.analysis import checks, completion, explanation, gaps, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
+from harness.analysis import speedups as sp
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
 from harness.analysis.speedups import Speedup
 from harness.models import passbytes
@@ -49,7 +50,28 @@ def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
 def _verdict(s: Speedup) -> dict[str, Any]:
     j = s.judgement
     return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": _r(j.p_differs, 6),
-            "p_within": _r(j.p_within, 6), "p_adjusted": _r(j.p_adjusted, 6), "family": j.family}
+            "p_within": _r(j.p_within, 6), "p_adjusted": _r(j.p_adjusted, 6), "family": j.family,
+            "smallest_marked": None if j.smallest is None else _r(math.exp(j.smallest), 4)}
+
+
+def _prior(p: inf.Prior) -> dict[str, Any]:
+    return {"d0": _r(p.d0, 2), "sd": _r(p.sd, 5), "cells": p.cells}
+
+
+def _family(table: sp.SpeedupTable) -> dict[str, Any]:
+    """The family the printed table's marks are judged in, the priors its variances were moderated with, and what
+    its rounds could mark."""
+    pw = table.power()
+    return {"cells": len([c for c in table.cells.values() if c.judgement.family]),
+            "geomeans": len([g for g in table.geomeans if g.judgement.family]),
+            "tests": table.family_size, "method": "holm", "alpha": inf.ALPHA,
+            "band": table.band,
+            "priors": {h: {"strategy": _prior(p.strategy), "baseline": _prior(p.baseline), "paired": _prior(p.paired)}
+                       for h, p in table.priors.items()},
+            "power": {"family": pw.family, "rounds": pw.rounds, "cells": _r(pw.cells, 4),
+                      "noisiest_quarter": _r(pw.noisiest, 4), "geomeans": _r(pw.geomeans, 4),
+                      "rounds_for": {f"{t:.2f}": n for t, n in pw.rounds_for.items()},
+                      "sentence": words.power(pw)}}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -114,13 +136,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                          "torn_last_line": rd.torn_last_line},
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
         "geomeans": [_geomean(g) for g in table.geomeans],
-        "family": {"cells": len([c for c in table.cells.values() if c.judgement.family]),
-                   "tests": table.family_size,
-                   "geomeans": len([g for g in table.geomeans if g.judgement.family]),
-                   "geomean_tests": table.geomean_family_size, "method": "holm",
-                   "alpha": inf.ALPHA,
-                   "priors": {h: {"d0": None if p.d0 == float("inf") else _r(p.d0, 2), "sd": _r(p.sd, 5),
-                                  "cells": p.cells} for h, p in table.priors.items()}},
+        "family": _family(table),
         "interference": interference_summary(index, meta.plan.hosts),
         "rules": {"speedup": words.speedup_rule(),
                   "contamination": words.contamination_rule(),
@@ -257,7 +273,12 @@ def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.Pas
 
 
 def _geomean(g: Speedup) -> dict[str, Any]:
+    """A geometric mean: its interval for these prompts (what the mark judges) and, beside it, for tasks like
+    these (the spread over tasks; null below two tasks)."""
     return {"host": g.host, "strategy": g.strategy, "estimate": _r(g.estimate, 4), "interval": _interval(g.interval),
+            "interval_scope": "these prompts",
+            "between_tasks": None if g.between is None else
+            _interval(g.between) | {"scope": "tasks like these", "note": words.between_note(g.between)},
             "verdict": _verdict(g), "tasks": list(g.tasks), "left_out": list(g.left_out)}
 
 

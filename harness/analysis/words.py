@@ -4,6 +4,8 @@ harness/formatter.py; nothing here decides anything."""
 
 from __future__ import annotations
 
+import math
+
 from harness import formatter as fm
 from harness.analysis import contamination as ct
 from harness.analysis import inference as inf
@@ -23,6 +25,12 @@ def interval_note(iv: inf.Interval) -> str:
     return f"{iv.n} rounds: {what} of the paired ratios, {how} ({df})"
 
 
+def between_note(iv: inf.Interval) -> str:
+    """How a geometric mean's interval for tasks like these was made."""
+    return (f"{iv.n} tasks: t-interval of the mean of the per-task log speedups from their spread over tasks "
+            f"(t, {fm.num(iv.df, 0)} df): tasks like these, not only these prompts")
+
+
 def family(j: sp.Judgement, what: str = "tests") -> str:
     return f"Holm over {j.family} {what}: adjusted p = {fm.pvalue(j.p_adjusted)}"
 
@@ -35,13 +43,17 @@ def verdict_rule(s: sp.Speedup) -> str:
     span = fm.interval(iv.low, iv.high, 3)
     band = fm.pct(j.band)
     if j.verdict is sp.Verdict.EQUIVALENT:
-        return f"the 95% interval {span} lies inside ±{band}; {family(j)}"
+        lo, hi = s.est.interval(1 - 2 * inf.ALPHA) if s.est is not None else (math.nan, math.nan)
+        return (f"two one-sided tests: the 90% interval {fm.interval(math.exp(lo), math.exp(hi), 3)} lies inside "
+                f"±{band}; {family(j)}")
     if j.verdict in (sp.Verdict.FASTER, sp.Verdict.SLOWER):
         side = "above" if j.verdict is sp.Verdict.FASTER else "below"
         return f"different from 1 ({side}); {family(j)}"
+    could = "" if j.smallest is None else \
+        f"; these rounds mark this cell from {fm.ratio(math.exp(j.smallest))} (or {fm.ratio(math.exp(-j.smallest))})"
     if iv.low > 1 or iv.high < 1:
-        return f"the cell's 95% interval {span} excludes 1, but not at the table's family level ({family(j)})"
-    return f"the 95% interval {span} contains 1 and reaches outside ±{band}; {family(j)}"
+        return f"the cell's 95% interval {span} excludes 1, but not at the table's family level ({family(j)}){could}"
+    return f"the 95% interval {span} contains 1 and reaches outside ±{band}; {family(j)}{could}"
 
 
 def contamination(c: ct.Contamination) -> str:
@@ -62,9 +74,9 @@ def contamination(c: ct.Contamination) -> str:
                 "carried-over cache")
     elif c.why == "noisy":
         text = (f"throughput varies {fm.pct(c.evidence.get('normalised_cv'))} (coefficient of variation after "
-                f"removing the round effect), more than the run's other cells (Holm-adjusted p = "
-                f"{fm.pvalue(c.noise_p)} over {c.family} tests), with identical draft counts and outputs: the "
-                "figure is noise-dominated")
+                "removing the round effect), its largest deviation improbable under the run's own noise, heavy "
+                f"tails allowed (Holm-adjusted p = {fm.pvalue(c.noise_p)} over {c.family} tests), with identical "
+                "draft counts and outputs: the figure is noise-dominated")
     else:
         how = (f"no trend after removing the round effect (Holm-adjusted p = {fm.pvalue(c.trend_p)})"
                if tr.testable else f"{tr.n} runs: too few to test a trend (needs {ct.min_trend_runs()})")
@@ -170,12 +182,16 @@ def speedup_rule() -> str:
     return ("speedup = a strategy's tok/s over its baseline's on the same task, prompt and host in the same round "
             "(each round runs every cell once, shuffled); per cell the geometric mean of the paired ratios over "
             f"rounds (the 20%-trimmed geometric mean from {inf.TRIM_FROM} rounds), its 95% interval a Student-t "
-            "interval whose variance is moderated toward the noise of the table's other cells (empirical Bayes); "
-            f"cells with fewer than {sp.MIN_ROUNDS} paired rounds get none. Each cell is tested for a difference "
-            f"from 1 and for lying within ±{fm.pct(sp.EQUIVALENCE_BAND)}, and Holm's procedure at 5% judges every "
-            "test of the table as one family: ▲ faster / ▼ slower, ≈ equivalent, · not significant. The geometric "
-            "mean over tasks is the mean of the cells' log estimates, its interval from their standard errors; the "
-            "geometric means are judged as a family of their own")
+            "interval whose variance is the strategy's run-to-run variance plus its baseline's (each side's "
+            "residuals after removing the round's common factor), each part moderated toward the noise of its kind "
+            "in this table (robust empirical Bayes, prior weight bounded) and never below the cell's own; cells "
+            f"with fewer than {sp.MIN_ROUNDS} paired rounds get none. Each cell and each geometric mean is tested "
+            f"for a difference from 1 and for lying within ±{fm.pct(sp.EQUIVALENCE_BAND)} (two one-sided tests), and "
+            "Holm's procedure at 5% judges every test of the printed table as one family: ▲ faster / ▼ slower, "
+            "≈ equivalent, · not significant. The "
+            "geometric mean over tasks is the mean of the cells' log estimates, its interval from their standard "
+            "errors (for these prompts); the interval for tasks like these comes from the spread of the per-task "
+            "speedups over tasks")
 
 
 def contamination_rule() -> str:
@@ -183,7 +199,8 @@ def contamination_rule() -> str:
             "a change with acceptance rising after the first run is warm-cache, any other change unstable; a "
             "throughput trend after removing each round's common factor is drift (Kendall, Holm over every cell, "
             f"change > {fm.pct(ct.TREND_MIN_CHANGE)} and > {ct.TREND_NOISE_FACTOR:g}x the cell's noise), a cell "
-            "significantly noisier than the run's others is unstable (F-test against the run's noise, same family); "
+            "whose largest deviation is improbable under the run's own noise is unstable (Student t fitted to every "
+            "cell's deviations, so heavy tails of one scale raise no flag; same family); "
             "the reuse-server protocol is always flagged naive")
 
 
@@ -202,3 +219,19 @@ def interference_rule(disturbed_cores: float, busy_share: float, retake_cap: int
             f"average during its timed request (or the CPU throttled, or another process used the GPU); {retaken} "
             f"left out of every figure, unless more than {fm.pct(busy_share)} of a host's were disturbed: then they "
             "are kept and the host is named as busy")
+
+
+def power(pw: sp.Power) -> str:
+    """What a table's rounds could mark, in one sentence (empty without a judged cell)."""
+    if pw.cells is None:
+        return ""
+    text = (f"With {pw.rounds} rounds at this noise a cell is marked ▲ from {fm.ratio(pw.cells)} (▼ below "
+            f"{fm.ratio(1 / pw.cells)}) when its noise is the table's median, from {fm.ratio(pw.noisiest)} in the "
+            "noisiest quarter")
+    if pw.geomeans is not None:
+        text += f", a geometric mean from {fm.ratio(pw.geomeans)}"
+    needs = [f"{fm.ratio(t)} needs about {n} rounds" if n else f"{fm.ratio(t)} is out of reach within 200 rounds"
+             for t, n in pw.rounds_for.items() if n is None or n > pw.rounds]
+    return text + (" (about half of the cells with such a speedup are marked)" +
+                   (f"; at the median noise {', '.join(needs)}" if needs else "") + ".")
+
