@@ -60,6 +60,27 @@ def test_summary_of_committed_demo_is_schema_valid_and_complete():
     assert speculative and all(c["speedup"] is not None for c in speculative)
 
 
+def test_every_check_says_that_it_ran_also_when_it_finds_nothing(tmp_path):
+    """The committed demo flags no contamination: its report still says what the check compared (cells, draft
+    counts and outputs), and so do determinism, physics and interference; the naive run's line says what fired."""
+    dirs = _copy_runs(tmp_path)
+    demo = next(d for d in dirs if d.name == "demo-cpu")
+    naive = next(d for d in dirs if d.name == "real-gemma3-270m-naive")
+    rp.write([demo, naive], tmp_path / "R.md", plot=False)
+    text = (tmp_path / "R.md").read_text(encoding="utf-8")
+    s = summarize(RunDir.open(demo))
+    assert [x["check"] for x in s["checks_ran"]] == ["contamination", "determinism", "physics", "interference"]
+    assert not any(c["checks"]["contamination"]["flagged"] for c in s["cells"])
+    cells = len(s["cells"])
+    line = (f"- contamination: {cells} cells checked over {sum(c['runs_ok'] for c in s['cells'])} runs in fresh "
+            f"containers: draft counts and outputs compared run over run, identical in {cells} of {cells}")
+    assert line in text and "nothing flagged" in text.split(line)[1].splitlines()[0]
+    assert "- determinism: outputs of 10 speculative strategies compared byte by byte" in text
+    assert "- physics: 96 cells' tok/s held against the memory-bandwidth roofline" in text and "none above it" in text
+    assert "- interference: other work on the host measured during 288 timed requests: 1 disturbed" in text
+    assert "- contamination: the naive protocol (one server per strategy): all 4 cells flagged" in text
+
+
 def test_run_json_round_trips_through_the_typed_reader(tmp_path):
     meta = RunDir.open(ROOT / "results" / "demo-cpu").read_meta()
     again = RunMeta.from_json(json.loads(json.dumps(meta.to_json())), "x")

@@ -114,7 +114,8 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
                                                   if plan["backend"] == "cuda" else ""))),
         ("cmake", " ".join(fm.code(a) for a in plan["cmake_args"]
                            if not a.startswith(("-DLLAMA_BUILD_NUMBER", "-DLLAMA_BUILD_COMMIT")))),
-        ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"),
+        ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"
+                     + _confirmation_note(summary)),
         ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
     ]
     devices = [f"{h}: " + "; ".join(d["line"] for d in e["devices"]["devices"])
@@ -127,6 +128,15 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     models = [[fm.md(k), fm.md(v["file"]), fm.size(v["size_bytes"]), fm.md(v.get("quantization") or "-"),
                fm.code(v["sha256"])] for k, v in meta.models.items()]
     return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
+
+
+def _confirmation_note(summary: dict[str, Any]) -> str:
+    """Where a sweep's confirmation rounds are reported: in its own section, never in the run's tables."""
+    rounds = summary.get("confirmation_rounds")
+    if not rounds:
+        return ""
+    which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
+    return f"; {which} confirm the sweep's best two and are reported in the sweep section only, not in these tables"
 
 
 def _throughput(v: View) -> tuple[str, list[str]]:
@@ -387,6 +397,9 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", "", table, ""]
     if notes:
         parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
+    if summary.get("checks_ran"):
+        parts += ["Checks that ran (each says what it compared, also when it found nothing):", ""]
+        parts += [f"- {fm.md(x['sentence'], 1000)}" for x in summary["checks_ran"]] + [""]
     warnings = _warnings(v)
     if warnings:
         parts += ["### Stability warnings", ""] + warnings + [""]

@@ -244,3 +244,56 @@ def interference_rule(disturbed_cores: float, busy_share: float, retake_cap: int
 def log_ratio_pct(x: float) -> str:
     """A log ratio as a signed percentage."""
     return f"{math.expm1(x) * 100:+.1f}%"
+
+
+def _n(k: int, one: str, many: str | None = None) -> str:
+    return f"{k:,} {one if k == 1 else many or one + 's'}"
+
+
+def _found(flagged: int, where: str) -> str:
+    return "nothing flagged" if not flagged else f"{_n(flagged, 'cell')} flagged ({where})"
+
+
+def contamination_ran(cells: int, runs: int, identical: int, drafting: int, trend_tested: int, tests: int,
+                      flagged: int, naive: bool) -> str:
+    """What the contamination check compared in a run and what it found, flagged or not."""
+    if naive:
+        return (f"contamination: the naive protocol (one server per strategy): all {_n(cells, 'cell')} flagged; "
+                f"draft counts and outputs compared run over run, identical in {identical} of {cells}")
+    trend = (f"a throughput trend tested in {trend_tested}" if trend_tested else
+             f"no throughput trend testable (needs {ct.min_trend_runs()} runs)")
+    return (f"contamination: {_n(cells, 'cell')} checked over {_n(runs, 'run')} in fresh containers: draft counts "
+            f"and outputs compared run over run, identical in {identical} of {cells} ({drafting} of them "
+            f"drafting); {trend} and each cell's noise against the run's, Holm over {_n(tests, 'test')}: "
+            f"{_found(flagged, 'see Flags')}")
+
+
+def determinism_ran(strategies: int, cells: int, runs: int, identical: int, baselines: int,
+                    baselines_stable: int) -> str:
+    """What the determinism check compared and what it found."""
+    if not cells:
+        return "determinism: no speculative cell with a baseline on its target to compare with"
+    diverge = cells - identical
+    return (f"determinism: outputs of {_n(strategies, 'speculative strategy', 'speculative strategies')} "
+            f"compared byte by byte with their target's baseline in {_n(cells, 'cell')} ({_n(runs, 'run')}): "
+            f"{identical} identical in every run, {diverge} diverging{' (see Determinism)' if diverge else ''}; "
+            f"baseline outputs identical run over run in {baselines_stable} of {baselines} cells")
+
+
+def physics_ran(cells: int, flagged: int, highest: float | None, bandwidth: str) -> str:
+    """What the physics check held against the roofline and what it found."""
+    top = f" (the highest at {fm.pct(highest)} of its ceiling)" if highest is not None else ""
+    return (f"physics: {_n(cells, 'cell')}' tok/s held against the memory-bandwidth roofline at {bandwidth}: "
+            + ("none above it" + top if not flagged else f"{flagged} above it: a measurement bug (flagged)"))
+
+
+def interference_ran(measured: int, disturbed: int, retaken: int, busy: list[str]) -> str:
+    """What the interference monitor measured and what it found."""
+    if not measured:
+        return "interference: not measured in this run"
+    if not disturbed:
+        return (f"interference: other work on the host measured during {_n(measured, 'timed request')}: none "
+                "disturbed")
+    kept = f"; kept on the busy host(s) {', '.join(busy)}" if busy else "; left out of the figures"
+    return (f"interference: other work on the host measured during {_n(measured, 'timed request')}: {disturbed} "
+            f"disturbed{kept}" + (f", {retaken} retaken" if retaken else ""))
