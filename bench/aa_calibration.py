@@ -132,8 +132,8 @@ def main() -> None:
                 a = synthesize(src, Path(tmp) / f"a{i}", rounds, truth_real, args.noise, rng)
                 b = synthesize(src, Path(tmp) / f"b{i}", rounds, truth_real, args.noise, rng)
                 kwargs = {"margin": args.margin} if "margin" in compare.compare.__code__.co_varnames else {}
-                res = compare.compare(a, b, **kwargs)
-                calls[res["verdict"].split(":")[0]] += 1
+                res = compare.compare(a, b, **kwargs)  # a Comparison; older kits return its dict
+                calls[res["verdict"].split(":")[0] if isinstance(res, dict) else res.call.value] += 1
         n = args.reports
         print(f"{rounds:>6} {statistics.fmean(false_marks):>19.2f} {with_false / n:>17.0%} {geo_false / n:>14.2f} "
               f"{flags / n:>12.2f}   {calls['reproduces'] / n:.0%} / {calls['differs'] / n:.0%} / "

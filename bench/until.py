@@ -11,7 +11,7 @@ interval judged), at each ratio noise given; and, for the kit's rule, how many o
 convergence calls converged the report shows wider than the target (none, by the rule).
 
     python3 bench/until.py [RUN_DIR] [--target 0.05] [--max-rounds 30] [--seed 0] [--run-noise 0.03]
-    python3 bench/until.py --coverage 40 [--ratio-noise 0.045 0.08]
+    python3 bench/until.py --coverage 40 [--ratio-noise 0.045 0.08] [--spread 0.6]
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def record(key: CellKey, rnd: int, order: int, v: float) -> dict:
             "order": order, "status": "ok", "client": {"decode_tok_s": v}, "server": {}, "output": {}}
 
 
-def simulate(medians: dict[CellKey, float], baselines: dict[str, str | None], run_noise: float, round_noise: float,
+def simulate(medians: dict[CellKey, float], baselines: dict[str, str | None], run_noise: float | dict[CellKey, float],
+             round_noise: float,
              target: float, max_rounds: int, rng: np.random.Generator, shuffle: random.Random,
              rule: str = "kit", log=None) -> tuple[list[dict], dict[CellKey, int]]:
     """Rounds until every cell converged (or max_rounds); returns the records and the round each cell stopped."""
@@ -65,7 +66,8 @@ def simulate(medians: dict[CellKey, float], baselines: dict[str, str | None], ru
         shuffle.shuffle(todo)
         factor = math.exp(rng.normal(0, round_noise))
         for k in todo:
-            records.append(record(k, rnd, order, medians[k] * factor * math.exp(rng.normal(0, run_noise))))
+            sd = run_noise[k] if isinstance(run_noise, dict) else run_noise
+            records.append(record(k, rnd, order, medians[k] * factor * math.exp(rng.normal(0, sd))))
             order += 1
         index = CellIndex(records)
         if rule == "kit":
@@ -109,7 +111,9 @@ def coverage(args: argparse.Namespace) -> None:
                 truth = {s: math.exp(rng.uniform(math.log(0.4), math.log(1.5))) for s in strategies}
                 medians = {CellKey("local", "baseline", t): 100.0 for t in tasks}
                 medians.update({CellKey("local", s, t): 100.0 * truth[s] for s in strategies for t in tasks})
-                recs, stopped = simulate(medians, baselines, run_noise, 0.05, args.target, args.max_rounds, rng,
+                noise = {k: run_noise * math.exp(rng.normal(0, args.spread)) for k in medians} if args.spread \
+                    else run_noise
+                recs, stopped = simulate(medians, baselines, noise, 0.05, args.target, args.max_rounds, rng,
                                          shuffle, rule)
                 table = sp.table(CellIndex(recs), baselines)
                 rounds_used.append(max(r["round"] for r in recs))
@@ -175,6 +179,8 @@ def main() -> None:
     ap.add_argument("--run-noise", type=float, default=None, help="per-run log sd instead of the measured one")
     ap.add_argument("--coverage", type=int, default=0, help="simulated tables for the coverage figures")
     ap.add_argument("--ratio-noise", type=float, nargs="*", default=[0.045, 0.08])
+    ap.add_argument("--spread", type=float, default=0.0,
+                    help="--coverage: each cell's noise times exp(N(0, spread)) (heterogeneous noise, e.g. 0.6)")
     args = ap.parse_args()
     coverage(args) if args.coverage else replay(args)
 

@@ -162,7 +162,7 @@ def _safe(name: str) -> str:
 
 def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
     """A line per value of the other swept flags, the first flag's values along x, the sweep figure with its
-    interval, and the confirmed figures of the winner and runner-up as stars."""
+    interval from the selection rounds, and the confirmed figures of the best two (their own rounds) as stars."""
     overall = res["overall"]
     if overall is None:
         return None
@@ -201,7 +201,7 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
                     shown.append(est)
                     err = [[max(0.0, est - (f["low"] or est))], [max(0.0, (f["high"] or est) - est)]]
                     ax.errorbar([x + dx], [est], yerr=err, marker=marker, markersize=11, color="black",
-                                capsize=3, linestyle="none", label=f"confirmed {key.replace('_', '-')}: {c}")
+                                capsize=3, linestyle="none", label=f"confirmed: {c}")
         ax.set_yscale("log")  # speedups are ratios; an interval of a few rounds is wide upward
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))

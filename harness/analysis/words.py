@@ -179,7 +179,8 @@ def headline(rep: Reproduction) -> str:
         parts.append(f"these rounds could confirm the geometric means within ±{fm.pct(rep.smallest_margin, 1)}")
     if rep.call in (Call.INCONCLUSIVE, Call.GEOMEANS_REPRODUCE):
         if rep.cell_smallest_margin is not None and rep.unresolved:
-            parts.append(f"the cells with a B/A interval within ±{fm.pct(rep.cell_smallest_margin, 1)}")
+            parts.append(f"these rounds could confirm every cell with a B/A interval within "
+                         f"±{fm.pct(rep.cell_smallest_margin, 1)}")
         if rep.unjudged:
             parts.append(f"{rep.unjudged} without a B/A interval (fewer than {sp.MIN_ROUNDS} rounds in A or B)")
         parts += _rounds_words(rep)
