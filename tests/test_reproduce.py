@@ -160,3 +160,19 @@ def test_reproduce_until_adds_rounds_to_the_unresolved_cells_until_the_verdict_i
     assert said.startswith("reproduce --until: still geometric means reproduce; 1 cell unresolved (worst ngram-mod "
                            "/ code-edit B/A 1.00x"), said
     assert reproduce.decided(original, 0.15, 1.0)(rd, 3) == (None, "reproduce --until: reproduces after 3 rounds here")
+
+
+def test_compare_takes_a_cell_margin_from_the_command_line():
+    naive = str(ROOT / "results" / "real-gemma3-270m-naive")
+
+    def compare(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", naive, naive, *flags],
+                              capture_output=True, text=True, timeout=120)
+
+    default = compare("--margin", "15%")
+    assert default.returncode == 0, default.stderr
+    assert "verdict: geometric means reproduce; 1 cell unresolved (worst ngram-mod / code-edit" in default.stdout
+    wide = compare("--margin", "15%", "--cell-margin", "60%")
+    assert wide.returncode == 0 and "verdict: reproduces: speedups 2 reproduce (B/A within ±60%)" in wide.stdout
+    bad = compare("--margin", "15%", "--cell-margin", "5%")
+    assert bad.returncode == 1 and "--cell-margin: expected a percentage from --margin (15%)" in bad.stderr + bad.stdout
