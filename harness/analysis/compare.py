@@ -15,7 +15,7 @@ from tabulate import tabulate
 from harness import formatter as fm
 from harness.analysis import inference as inf
 from harness.analysis import reproduction as rp
-from harness.analysis import stats, words
+from harness.analysis import stats, tuning, words
 from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -76,7 +76,9 @@ def _relabel(records: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> lis
 
 
 def _stats(meta: RunMeta, records: list[dict[str, Any]]) -> stats.RunStats:
-    return stats.analyze(CellIndex(records), {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
+    """A run's statistics as its report has them: the selection rounds (a sweep's confirmation rounds apart)."""
+    selection, _ = tuning.split(meta, CellIndex(records))
+    return stats.analyze(selection, {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
 
 
 def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
