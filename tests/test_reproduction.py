@@ -180,3 +180,21 @@ def test_a_cell_missing_in_b_keeps_the_headline_from_reproducing():
     assert missing.call is rp.Call.MISSING and rep.call is rp.Call.GEOMEANS_REPRODUCE
     assert "worst other / b not measured in B" in words.headline(rep)
     assert CellKey("local", "other", "b") not in analyze(b_recs).table.cells
+
+
+def test_the_worst_unresolved_cell_is_the_likeliest_to_differ_not_the_noisiest():
+    """A regressed cell (B/A 0.70x, its interval reaching into the cell margin) and a noisy cell that agrees (B/A
+    1.00x with a wider interval): the headline names the regressed one."""
+    truth = {("baseline", f"t{i}"): 100.0 for i in range(6)}
+    truth.update({("spec", f"t{i}"): 150.0 for i in range(6)})
+    a = analyze(matrix(truth, 5, noise=0.01, seed=1))
+    changed = dict(truth)
+    changed[("spec", "t3")] = 150.0 * 0.7
+    wobble = {"t3": (1.25, 0.8, 1.2, 0.85, 1.1), "t0": (2.0, 0.5, 1.9, 0.52, 1.0)}
+    b = analyze(matrix(changed, 5, noise=0.01, seed=2,
+                       cell_factor=lambda c, r: wobble[c[1]][r - 1] if c[0] == "spec" and c[1] in wobble else 1.0))
+    rep = rp.reproduction(a, b, 0.15)
+    noisy, regressed = _row(rep, "spec", "t0"), _row(rep, "spec", "t3")
+    assert {r.task for r in rep.unresolved} == {"t0", "t3"} and noisy.reach > regressed.reach
+    assert rep.worst is regressed and regressed.p_outside < noisy.p_outside
+    assert f"(worst spec / t3 B/A {regressed.ratio:.2f}x" in words.headline(rep)

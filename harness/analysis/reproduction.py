@@ -13,7 +13,8 @@ the geometric mean over tasks against the headline margin (default ±5%); and th
   differs. A cell is one prompt's sample of a task and noisier than a geometric mean, hence its wider band; but
   no cell is passed over: one regressed task keeps the headline from "reproduces".
 - geometric means reproduce: they all do, but some cells are unresolved (inconclusive at the cell margin,
-  without an interval, missing in B) or a fingerprint differs; the headline counts them and names the worst.
+  without an interval, missing in B) or a fingerprint differs; the headline counts them and names the worst: the
+  cell with the strongest evidence of a difference beyond the cell margin (the smallest p of "within it").
 - differs: a B/A interval lies wholly outside its band, judged as one family over every cell and geometric mean
   with Holm's procedure, so independent replicates of one truth say "differs" in at most 5% of comparisons.
 - inconclusive otherwise; the headline then says the smallest margins these rounds could confirm, and how many
@@ -140,7 +141,7 @@ class Reproduction:
     rounds_needed: int | None  # B's rounds for the geometric means at the margin (None: out of reach)
     cell_rounds_needed: int | None  # B's rounds for every cell with an interval at the cell margin
     unjudged: int = 0  # cells and geometric means without a B/A interval (too few rounds in A or B)
-    unresolved: list[Row] = field(default_factory=list)  # cells not shown to reproduce, worst first
+    unresolved: list[Row] = field(default_factory=list)  # cells not shown to reproduce, likeliest to differ first
     method: str = ""  # the estimator both sides used ("mean", "trimmed mean" or both where cells differ)
 
     @property
@@ -286,8 +287,9 @@ def reproduction(a: RunStats, b: RunStats, margin: float = REPRODUCE_MARGIN,
     judged, family = _judge(rows + _geomean_rows(rows, margin))
     rows, geos = judged[:len(rows)], judged[len(rows):]
     cells = [r for r in rows if r.call not in (Call.BASELINE, Call.NOT_COMPARABLE)]
+    # worst first: the strongest evidence of a difference beyond the band (p_outside), then the widest reach
     unresolved = sorted((r for r in cells if r.call is not Call.REPRODUCES),
-                        key=lambda r: (r.reach is None, -(r.reach or 0.0)))
+                        key=lambda r: (r.p_outside is None, r.p_outside or 0.0, -(r.reach or 0.0)))
     if any(r.call is Call.DIFFERS for r in cells + geos):
         call = Call.DIFFERS
     elif geos and all(r.call is Call.REPRODUCES for r in geos):

@@ -175,6 +175,8 @@ def headline(rep: Reproduction) -> str:
              f"deterministic fingerprint identical in {fps.get('identical', 0)} of {n_fp} cells"]
     if counts.get("missing"):
         parts.append(f"{counts['missing']} cells missing in B")
+    if rep.call is Call.INCONCLUSIVE and rep.worst is not None:
+        parts.append(f"{len(rep.unresolved)} cells unresolved (worst {unresolved_cell(rep.worst, hosts)})")
     if rep.call is Call.INCONCLUSIVE and rep.smallest_margin is not None:
         parts.append(f"these rounds could confirm the geometric means within ±{fm.pct(rep.smallest_margin, 1)}")
     if rep.call in (Call.INCONCLUSIVE, Call.GEOMEANS_REPRODUCE):
