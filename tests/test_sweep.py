@@ -274,6 +274,26 @@ def test_a_winner_is_named_only_when_the_best_two_are_distinguishable():
     assert sweep.analyse("x", "local", tied, ["a", "b"], None, _figures(tied)).winner is None
 
 
+def test_a_sweep_of_two_rounds_is_ordered_by_point_figures_without_intervals():
+    """Two rounds give no cell an interval and the table no geometric mean: the sweep still has an order, from
+    the mean of the tasks' log estimates, and prints no interval the table does not have."""
+    from harness.analysis import speedups as sp
+    from harness.analysis import tuning
+    from tests.test_stats import matrix
+
+    truth = {("baseline", "a"): 100.0, ("baseline", "b"): 50.0, ("x[n=1]", "a"): 150.0, ("x[n=1]", "b"): 60.0,
+             ("x[n=2]", "a"): 120.0, ("x[n=2]", "b"): 55.0}
+    index = CellIndex(matrix(truth, 2, noise=0.01, seed=3))
+    bases = {"baseline": None, "x[n=1]": "baseline", "x[n=2]": "baseline"}
+    table = sp.table(index, bases)
+    assert all(g.estimate is None for g in table.geomeans)
+    figs = tuning.figures(table, "local")
+    one = figs["x[n=1]"][None]
+    assert one.estimate == pytest.approx(math.sqrt(1.5 * 1.2), rel=0.02) and one.low is None and one.rounds == 2
+    ratios = tuning.sweep_ratios(index, "local", [("x[n=1]", "baseline"), ("x[n=2]", "baseline")], ["a", "b"])
+    assert sweep.select(ratios, figs).best == "x[n=1]"
+
+
 # -- serving ------------------------------------------------------------------------------------------------
 
 

@@ -58,7 +58,9 @@ def split(meta: RunMeta, index: CellIndex) -> tuple[CellIndex, CellIndex | None]
 
 
 def figures(table: sp.SpeedupTable | None, host: str) -> sweep.Figures:
-    """Every strategy's figures on a host from a speedup table: per task, and over tasks (None)."""
+    """Every strategy's figures on a host from a speedup table: per task, and over tasks (None). Where no task has
+    the rounds a geometric mean needs, the figure over tasks is the mean of the tasks' log estimates without an
+    interval (the table prints none), so a sweep of two rounds still has an order."""
     out: dict[str, dict[str | None, sweep.Figure]] = defaultdict(dict)
     if table is None:
         return out
@@ -66,6 +68,11 @@ def figures(table: sp.SpeedupTable | None, host: str) -> sweep.Figures:
         if s.host == host:
             iv = s.interval
             out[s.strategy][s.task] = sweep.Figure(s.estimate, iv.low, iv.high, iv.n)
+    for figs in out.values():
+        tasks = [f for t, f in figs.items() if t is not None and f.estimate]
+        if (figs.get(None) is None or figs[None].estimate is None) and tasks:
+            figs[None] = sweep.Figure(math.exp(sum(math.log(f.estimate) for f in tasks) / len(tasks)), None, None,
+                                      min(f.rounds for f in tasks))
     return out
 
 
