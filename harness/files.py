@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,6 +13,18 @@ from harness import ROOT
 
 #: Files above this size keep their sha256 beside them (<file>.sha256), keyed by size and mtime.
 HASH_CACHE_MIN_BYTES = 64 << 20
+
+
+def read_bounded(read: Callable[[int], bytes], size: int, block: int = 1 << 20) -> Iterator[bytes]:
+    """The blocks `read(n)` gives until `size` bytes came or it gives none: never more than `size`, however much the
+    other side has (a socket, an archive member)."""
+    got = 0
+    while got < size:
+        chunk = read(min(block, size - got))
+        if not chunk:
+            return
+        got += len(chunk)
+        yield chunk
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -12,6 +12,7 @@ import yaml
 from harness import KitError
 from harness.hosts import devices
 from harness.hosts.engine import container_options
+from harness.image import backends
 from harness.intake import manifest as mf
 from harness.run import serverlog
 from tests.conftest import DEMO, write_manifest
@@ -60,17 +61,17 @@ def test_the_device_llama_cpp_is_told_to_use():
 
 
 def test_what_a_container_is_given():
-    cuda = devices.access_from_nodes("cuda", [])
+    cuda = devices.access_from_nodes(backends.get("cuda"), [])
     kw = container_options(cuda)
     assert kw["device_requests"][0]["Capabilities"] == [["gpu"]] and set(kw) == {"device_requests"}
-    assert container_options(devices.access_from_nodes("cpu", [("/dev/dri/renderD128", 105)])) == {}
+    assert container_options(devices.access_from_nodes(backends.get("cpu"), [("/dev/dri/renderD128", 105)])) == {}
     nodes = [("/dev/dri/card0", 44), ("/dev/dri/renderD128", 105), ("/dev/kfd", 105)]
     cache = {"volumes": {"specbench-mesa-shader-cache": {"bind": "/var/cache/specbench-mesa-shaders", "mode": "rw"}}}
     shaders = {"MESA_SHADER_CACHE_DIR": "/var/cache/specbench-mesa-shaders"}
-    vk = devices.access_from_nodes("vulkan", nodes)
+    vk = devices.access_from_nodes(backends.get("vulkan"), nodes)
     assert container_options(vk) == {"devices": ["/dev/dri:/dev/dri:rwm", "/dev/kfd:/dev/kfd:rwm"],
                                      "group_add": ["44", "105"], "environment": shaders, **cache}
-    soft = devices.access_from_nodes("vulkan", []).with_visible(0)
+    soft = devices.access_from_nodes(backends.get("vulkan"), []).with_visible(0)
     assert container_options(soft) == {"environment": {**shaders, "GGML_VK_VISIBLE_DEVICES": "0"}, **cache}
     assert "no device nodes" in soft.describe() and "GGML_VK_VISIBLE_DEVICES=0" in soft.describe()
     assert container_options(soft.with_visible(None)) == {"environment": shaders, **cache}
