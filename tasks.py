@@ -71,14 +71,29 @@ def _seconds(flag: str, value) -> float | None:
     return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
 
 
-MARGIN_HELP = ("how far B/A of a speedup may be from 1 and still reproduce, e.g. 5% or 0.15 (default 5%); a cell "
-               "differs when its 95% interval lies wholly outside it")
+MARGIN_HELP = ("how far B/A of a strategy's geometric-mean speedup may be from 1 and still reproduce, e.g. 5% or "
+               "0.15 (default 5%); it differs when its 95% interval lies wholly outside it")
 
 
 def _margin(value) -> float:
     m = _fraction("--margin", value)
     if m is None or not 0 < m < 1:
         raise KitError(f"--margin: expected a percentage between 0 and 100% such as 5% or 15%, got {value!r}")
+    return m
+
+
+CELL_MARGIN_HELP = ("how far B/A of one cell's speedup may be from 1 and still reproduce, e.g. 30% (default: twice "
+                    "--margin); the verdict reproduces only when every cell does")
+
+
+def _cell_margin(value, margin: float) -> float | None:
+    """--cell-margin: None (twice the margin) when not given; never narrower than the margin."""
+    if value is None:
+        return None
+    m = _fraction("--cell-margin", value)
+    if m is None or not margin <= m < 10:
+        raise KitError(f"--cell-margin: expected a percentage from --margin ({margin:.0%}) up to 1000% such as 30%, "
+                       f"got {value!r}")
     return m
 
 
@@ -393,20 +408,23 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
     "no_progress": "plain log lines instead of a progress bar",
     "trust_source": TRUST_HELP,
     "margin": MARGIN_HELP,
-    "until": "add rounds here, for the cells still inconclusive, until the comparison says reproduces or differs "
+    "cell_margin": CELL_MARGIN_HELP,
+    "until": "add rounds here, for the cells still unresolved, until the comparison says reproduces or differs "
              "(or --max-rounds)",
     "max_rounds": "round cap for --until (default 20)",
 })
 @kit_errors
 def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False, margin="5%",
-              until=False, max_rounds=None):
+              until=False, max_rounds=None, cell_margin=None):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
     from harness.analysis import compare as cmp
     from harness.share.reproduce import reproduce as reproduce_here
 
+    m = _margin(margin)
     res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                         progress=not no_progress, trust_source=trust_source, margin=_margin(margin),
-                         until=until, max_rounds=_int("--max-rounds", max_rounds))
+                         progress=not no_progress, trust_source=trust_source, margin=m,
+                         until=until, max_rounds=_int("--max-rounds", max_rounds),
+                         cell_margin=_cell_margin(cell_margin, m))
     if res.get("comparison"):
         print(console_lines(cmp.text(res["comparison"])))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
@@ -417,9 +435,10 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     "b": "run folder or bundle B",
     "out": "also write RESULTS.md for B with the comparison section here (default: print only)",
     "margin": MARGIN_HELP,
+    "cell_margin": CELL_MARGIN_HELP,
 })
 @kit_errors
-def compare(c, a, b, out=None, margin="5%"):
+def compare(c, a, b, out=None, margin="5%", cell_margin=None):
     """Two runs judged per cell on the B/A ratio of their speedups: reproduces / differs / inconclusive."""
     import tempfile
 
@@ -432,7 +451,8 @@ def compare(c, a, b, out=None, margin="5%"):
         for i, x in enumerate((a, b)):
             p = Path(x)
             dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
-        res = cmp.compare(dirs[0], dirs[1], _margin(margin))
+        m = _margin(margin)
+        res = cmp.compare(dirs[0], dirs[1], m, _cell_margin(cell_margin, m))
         print(console_lines(cmp.text(res)))
         if out:
             report.write([dirs[1]], Path(out), plot=False, comparison=res)

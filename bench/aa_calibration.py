@@ -98,7 +98,8 @@ def row(kit, shape: Shape, model: str, rounds: int, args: argparse.Namespace, rn
             a = shape.write(Path(tmp) / f"a{i}", _draw(shape, model, rounds, "committed", args.noise, rng), rounds)
             b = shape.write(Path(tmp) / f"b{i}", _draw(shape, model, rounds, "committed", args.noise, rng), rounds)
             kwargs = {"margin": args.margin} if "margin" in compare.compare.__code__.co_varnames else {}
-            calls[compare.compare(a, b, **kwargs)["verdict"].split(":")[0]] += 1
+            res = compare.compare(a, b, **kwargs)  # a Comparison; older kits return its dict
+            calls[res["verdict"].split(":")[0] if isinstance(res, dict) else res.call.value] += 1
     n = args.reports
     rep = (f"   {calls['reproduces'] / n:.0%} / {calls['differs'] / n:.0%} / {calls['inconclusive'] / n:.0%}"
            if args.replicates else "")

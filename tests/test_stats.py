@@ -15,6 +15,7 @@ from hypothesis import strategies as hs
 from harness import ROOT
 from harness.analysis import contamination as ct
 from harness.analysis import convergence as cv
+from harness.analysis import speedups as sp
 from harness.analysis import stability as st
 from harness.analysis import stats, words
 from harness.analysis.records import CellIndex, CellKey
@@ -240,6 +241,28 @@ def test_convergence_names_cells_and_their_baselines():
     early = cv.convergence(CellIndex(matrix(TRUTH, 3, noise=0.001)), bases)
     assert not early.done and all(c.half_width < 0.05 and c.rounds_estimate == 5 for c in early.cells)
     assert cv.convergence(CellIndex(matrix(TRUTH, 6, noise=0.005)), bases).done
+
+
+def test_a_converged_cell_never_shows_an_interval_wider_than_the_target():
+    """--until stops a cell on the interval the report shows for it: with noise that differs from cell to cell
+    (log-normal spread 0.6), cells whose variance the table's prior would have let stop show wider intervals;
+    they stay open, with more rounds estimated than they have."""
+    truth = {("baseline", f"t{i}"): 100.0 for i in range(8)}
+    truth.update({(f"s{j}", f"t{i}"): 100.0 * (0.6 + 0.1 * j) for j in range(4) for i in range(8)})
+    bases = stats.baseline_map("baseline", ["baseline"] + [f"s{j}" for j in range(4)])
+    rng = np.random.default_rng(39)
+    extra = {c: 0.02 * math.exp(rng.normal(0, 0.6)) for c in truth}
+    noise = np.random.default_rng([39, 8])
+    index = CellIndex(matrix(truth, 8, noise=0.005, seed=39,
+                             cell_factor=lambda c, r: math.exp(noise.normal(0, extra[c]))))
+    conv = cv.convergence(index, bases, 0.05)
+    table = sp.table(index, bases)
+    shown = {k: s.interval.half_width(s.estimate) for k, s in table.cells.items()}
+    done = [c for c in conv.cells if c.converged]
+    assert len(done) > 20 and all(shown[c.key] <= 0.05 for c in done)
+    assert all(c.half_width == pytest.approx(shown[c.key], abs=1e-4) for c in conv.cells)
+    wide = [c for c in conv.cells if not c.converged and shown[c.key] > 0.05]
+    assert wide and all(c.rounds_estimate > c.rounds for c in wide)
 
 
 def test_rounds_needed():

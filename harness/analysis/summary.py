@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from harness import formatter as fm
 from harness.analysis import checks, completion, explanation, gaps, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
@@ -92,7 +93,8 @@ def summarize(rd: RunDir) -> dict[str, Any]:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
     meta = rd.read_meta()
     records = rd.measurements()
-    index = CellIndex(records)
+    everything = CellIndex(records)
+    index, _ = tuning.split(meta, everything)  # a sweep's confirmation rounds have their own table
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
     run_stats = stats.analyze(index, baselines, meta.protocol)
     cells, missing = [], []
@@ -120,6 +122,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         _determinism(cells, index, host, meta)
     _speculation(cells, index, meta)
     table = run_stats.table
+    interference = interference_summary(everything, meta.plan.hosts)
     return {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
         "protocol": meta.protocol, "manifest": {"name": meta.manifest["name"], "sha256": meta.manifest["sha256"]},
@@ -128,25 +131,27 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "strategies": [{"id": s.id, "spec_type": s.spec_type, "model": s.model, "baseline": s.baseline}
                        for s in meta.planned_strategies()],
         "tasks": meta.plan.tasks, "hosts": meta.plan.hosts, "runs": meta.plan.runs,
-        "measurements": {"recorded": len(records), "ok": sum(m.ok for m in index.measurements),
-                         "failed": sum(not m.ok for m in index.measurements),
-                         "retakes": index.retakes,
-                         "retake_pairs": gaps.restored_by_retakes(index.measurements, baselines, index.busy),
+        "measurements": {"recorded": len(records), "ok": sum(m.ok for m in everything.measurements),
+                         "failed": sum(not m.ok for m in everything.measurements),
+                         "retakes": everything.retakes,
+                         "retake_pairs": gaps.restored_by_retakes(everything.measurements, baselines,
+                                                                  everything.busy),
                          "planned": meta.plan.measurements + _extra_planned(meta),
                          "torn_last_line": rd.torn_last_line},
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
         "geomeans": [_geomean(g) for g in table.geomeans],
         "family": _family(table),
-        "interference": interference_summary(index, meta.plan.hosts),
+        "interference": interference,
+        "checks_ran": checks_ran(cells, interference, meta),
         "rules": {"speedup": words.speedup_rule(),
                   "contamination": words.contamination_rule(),
                   "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE,
                                                                meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
-        "quiet_wait": quiet_wait_summary(meta, index),
-        "completion": completion.of(meta, index).as_dict(),
-    } | tuning.summary(meta, index) | explanation.summary(meta, index, baselines, run_stats.table)
+        "quiet_wait": quiet_wait_summary(meta, everything),
+        "completion": completion.of(meta, everything).as_dict(),
+    } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table)
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -416,6 +421,40 @@ def _determinism(cells: list[dict[str, Any]], index: CellIndex, host: str, meta:
         if first_bad and n_same:
             d["sentence"] = f"{n_same}/{len(verdicts)} runs identical; {first_bad.sentence}"
         c["checks"]["determinism"] = d
+
+
+def checks_ran(cells: list[dict[str, Any]], interference: dict[str, Any], meta: RunMeta) -> list[dict[str, Any]]:
+    """One line per check, whether it found anything or not: what it compared, in how many cells and runs, and what
+    it found (a check that passes is otherwise invisible)."""
+    def check(c: dict[str, Any], name: str) -> dict[str, Any]:
+        return c["checks"][name]
+
+    con = [c for c in cells if "contamination" in c["checks"]]
+    data = [check(c, "contamination")["data"] for c in con]
+    flagged = sum(check(c, "contamination")["flagged"] for c in con)
+    out = [("contamination", flagged, words.contamination_ran(
+        len(con), sum(c["runs_ok"] for c in con), sum(d["fingerprint"]["identical"] for d in data),
+        sum(c["draft_n"] > 0 for c in con), sum(d["trend"]["testable"] for d in data),
+        max((d["family"] for d in data), default=0), flagged, meta.protocol == "reuse-server"))]
+    det = [c for c in cells if "determinism" in c["checks"]]
+    spec = [c for c in det if meta.strategy(c["strategy"]).speculative]
+    base = [c for c in det if not meta.strategy(c["strategy"]).speculative]
+    same = sum(1 for c in spec if not check(c, "determinism")["flagged"])
+    unstable = sum(check(c, "determinism")["flagged"] for c in base)
+    out.append(("determinism", len(spec) - same + unstable, words.determinism_ran(
+        len({(c["host"], c["strategy"]) for c in spec}), len(spec),
+        sum(check(c, "determinism")["data"].get("runs", 1) for c in spec), same, len(base), len(base) - unstable)))
+    phy = [check(c, "physics") for c in cells if "physics" in c["checks"]]
+    bw = sorted({f"{fm.gbs(x['data']['bandwidth_gbs'])} ({x['data']['bandwidth_source']})" for x in phy})
+    above = sum(x["flagged"] for x in phy)
+    out.append(("physics", above, words.physics_ran(len(phy), above, max((x["data"]["fraction"] for x in phy),
+                                                                           default=None), ", ".join(bw))))
+    inter = list(interference.values())
+    disturbed = sum(x["disturbed"] for x in inter)
+    out.append(("interference", disturbed, words.interference_ran(
+        sum(x["measured"] for x in inter), disturbed, sum(x["retaken"] for x in inter),
+        [h for h, x in interference.items() if x["kept"]])))
+    return [{"check": name, "found": found, "sentence": sentence} for name, found, sentence in out]
 
 
 def _determinism_totals(cells: list[dict[str, Any]], meta: RunMeta) -> dict[str, Any]:

@@ -29,12 +29,13 @@ from harness.store.rundir import RunDir
 
 def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[str], None] = print,
               progress: bool = True, engines=None, trust_source: bool = False,
-              margin: float = rp.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None
-              ) -> dict[str, Any]:
+              margin: float = rp.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None,
+              cell_margin: float | None = None) -> dict[str, Any]:
     """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one, each
-    cell's B/A speedup against ±margin. With `until`, rounds are added here after the original's number, for the
-    cells whose comparison is still inconclusive (and their baselines), until the verdict is decided or
-    `max_rounds`.
+    strategy's geometric mean of B/A against ±margin and each cell's against ±cell_margin (default twice the
+    margin). With `until`, rounds are added here after the original's number, for the cells whose comparison is
+    still unresolved (and their baselines), until the verdict is decided or `max_rounds`. The result's
+    "comparison" is a compare.Comparison (compare.json holds its `as_dict`).
 
     What arrives is untrusted: it is verified before anything is fetched, and a build source other than the
     official one is refused unless `trust_source`."""
@@ -60,7 +61,7 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
         rec = build.build(e, trusted, log=log, host=e.name)
         log(f"reproduce: image {rec['tag']} on {e.name} ({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
-    extend = decided(original, margin) if until and original is not None else None
+    extend = decided(original, margin, cell_margin) if until and original is not None else None
     out = runner.run(trusted, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,
                      runs=plan.runs if plan else None, progress=progress, engines=engines, log=log, extend=extend,
@@ -69,35 +70,37 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     new = workdir / "results" / run_id
     result: dict[str, Any] = {"run": str(new), "original": str(original) if original else None}
     if original is not None:
-        result["comparison"] = cmp.compare(original, new, margin)
-        report.write([new], workdir / "RESULTS.md", comparison=result["comparison"])
-        (workdir / "compare.json").write_text(json.dumps(result["comparison"], indent=2) + "\n")
+        comparison = cmp.compare(original, new, margin, cell_margin)
+        result["comparison"] = comparison
+        report.write([new], workdir / "RESULTS.md", comparison=comparison)
+        (workdir / "compare.json").write_text(json.dumps(comparison.as_dict(), indent=2) + "\n")
     else:
         report.write([new], workdir / "RESULTS.md")
     return result
 
 
-def decided(original: Path, margin: float) -> runner.Extender:
+def decided(original: Path, margin: float, cell_margin: float | None = None) -> runner.Extender:
     """`invoke reproduce --until`: another round for the cells whose comparison with the original is still
-    inconclusive (all cells of a strategy whose geometric mean is), with their baselines, until the verdict is
-    reproduces or differs."""
+    unresolved (inconclusive at the cell margin or without a B/A interval; all cells of a strategy whose geometric
+    mean is inconclusive), with their baselines, until the verdict is reproduces or differs."""
     def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
-        res = cmp.compare(original, rd.path, margin)
-        call = res["call"]
-        if call in ("reproduces", "differs", "not comparable"):
-            return None, f"reproduce --until: {call} after {last} rounds here"
-        open_strategies = {g["strategy"] for g in res["geomeans"] if g["verdict"] == "inconclusive"}
+        res = cmp.compare(original, rd.path, margin, cell_margin)
+        if res.call in (rp.Call.REPRODUCES, rp.Call.DIFFERS, rp.Call.NOT_COMPARABLE):
+            return None, f"reproduce --until: {res.call.value} after {last} rounds here"
+        open_strategies = {(g.host, g.strategy) for g in res.geomeans if g.call is rp.Call.INCONCLUSIVE}
         meta = rd.read_meta()
         base = {s.id: s.baseline for s in meta.planned_strategies()}
         cells: list[CellKey] = []
-        for r in res["rows"]:
-            if r["verdict"] == "inconclusive" or (r["strategy"] in open_strategies and r["verdict"] == "reproduces"):
-                host = r["host_b"] or r["host"]
-                for s in (r["strategy"], base.get(r["strategy"])):
-                    key = CellKey(host, s, r["task"]) if s else None
+        for r in res.rows:
+            if r.call is rp.Call.INCONCLUSIVE or ((r.host, r.strategy) in open_strategies
+                                                  and r.call is rp.Call.REPRODUCES):
+                host = res.host_b.get(r.host) or r.host
+                for s in (r.strategy, base.get(r.strategy)):
+                    key = CellKey(host, s, r.task) if s else None
                     if key is not None and key not in cells:
                         cells.append(key)
         if not cells:
-            return None, f"reproduce --until: {call}, and adding rounds here would not decide it"
-        return cells, f"reproduce --until: still inconclusive after {last} rounds ({res['verdict'].split(';')[0]})"
+            return None, f"reproduce --until: {res.call.value}, and adding rounds here would not decide it"
+        return cells, (f"reproduce --until: still {res.verdict.split(':')[0]} after {last} rounds here; next: "
+                       f"{len(cells)} cells")
     return decide
