@@ -122,7 +122,8 @@ def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN) -> dict[str, Any]
     diffs = differences(ma, mb)
     blocking = [d[0] for d in diffs if d[3]]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = rp.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin)
+    recs_a, recs_b = ra.measurements(), rb.measurements()
+    rep = rp.reproduction(_stats(ma, recs_a), _stats(mb, _relabel(recs_b, pairs)), margin)
     to_b = dict(pairs)
     rows = [_row(r, margin, to_b.get(r.host), blocking) for r in rep.rows]
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
@@ -139,7 +140,8 @@ def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN) -> dict[str, Any]
             "differences": [{"field": f, "a": x, "b": y, "blocking": blk} for f, x, y, blk in diffs],
             "comparable": not blocking, "rows": rows, "geomeans": geos, "counts": counts,
             "call": "not comparable" if blocking else rep.call.value, "verdict": overall, "margin": margin,
-            "family": rep.family, "smallest_margin": rep.smallest_margin, "rounds_needed": rep.rounds_needed}
+            "family": rep.family, "smallest_margin": rep.smallest_margin, "rounds_needed": rep.rounds_needed,
+            "torn_last_line": [x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line]}
 
 
 def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
@@ -175,6 +177,8 @@ def text(result: dict[str, Any], fmt: str = "simple") -> str:
                          + ("" if d["blocking"] else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
+    lines += [f"{x}: the last line of measurements.jsonl was cut short (a crash mid-write): that measurement is not "
+              "counted" for x in result.get("torn_last_line", [])]
     m = fm.pct(result["margin"])
     lines += ["", table(result, fmt), "",
               f"rule: per cell, B/A = speedup B / speedup A with its 95% interval; reproduces when the interval "

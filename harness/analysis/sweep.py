@@ -274,10 +274,13 @@ def split_rounds(ratios: Ratios, confirm_from: int | None) -> tuple[dict, dict]:
 def analyse(family: str, host: str, ratios: Ratios, tasks: Sequence[str], confirm_from: int | None,
             confirmed: Sequence[str] = ()) -> SweepResult:
     """A sweep's honest winner: selections from the sweep's rounds, and the confirmation of the combinations the
-    run chose to confirm (`confirmed`, best first; else the sweep's best two)."""
+    run chose to confirm (`confirmed`, ranked by the sweep's rounds; else the sweep's best two)."""
     sweep_r, confirm_r = split_rounds(ratios, confirm_from)
     overall = select(sweep_r)
     per_task = tuple(s for s in (select(sweep_r, t) for t in tasks) if s is not None)
-    top = list(confirmed) or [c for c, _ in rank(sweep_r)[:2]]
+    # the winner is the sweep's best of what was confirmed, by the sweep's own rounds (the run chose the two the
+    # same way), never by the order a run.json lists them in
+    ranked = [c for c, _ in rank(sweep_r)]
+    top = [c for c in ranked if c in confirmed][:2] if confirmed else ranked[:2]
     conf = confirm(confirm_r, top[0], top[1] if len(top) > 1 else None) if top and confirm_r else None
     return SweepResult(family, host, tuple(ratios), overall, per_task, conf)
