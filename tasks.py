@@ -389,7 +389,8 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
 
 @task(auto_shortflags=False, help={
     "source": "a bundle (.tar.gz) or a manifest",
-    "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
+    "workdir": "folder for the new run, RESULTS.md and compare.json (default: reproduce/); the bundle is unpacked "
+               "into a new folder there (bundle, else bundle-2, ...), never into one that exists",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
     "trust_source": TRUST_HELP,
