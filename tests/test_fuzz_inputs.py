@@ -268,7 +268,7 @@ def restructured_runs(draw):
     return meta, recs
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(forged=restructured_runs())
 def test_a_restructured_run_folder_is_refused_or_gives_the_honest_verdicts(tmp_path_factory, forged):
