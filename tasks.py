@@ -179,11 +179,11 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
     from harness.intake import trust
-    from harness.models import ensure as md
+    from harness.models.ensure import ensure
 
     m = mf.load(_manifest_path(c, manifest))
     trust.decide(m, trust_source, only="models.")  # the task's one decision, before any index is contacted
-    paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
+    paths = ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
     from harness.files import file_sha256
 
     for key, p in paths.items():
@@ -208,16 +208,15 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
     import json
 
-    from harness.image import build as bd
-    from harness.image import recipe
+    from harness.image import backends, build, recipe
     from harness.intake import manifest as mf
     from harness.intake import trust
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
     jobs = _int("--jobs", jobs, minimum=1, maximum=1024)
-    if backend is not None and backend not in ("cpu", "cuda", "vulkan"):
-        raise KitError(f"--backend: {backend!r} is not one of ['cpu', 'cuda', 'vulkan']")
+    if backend is not None and backend not in backends.names():
+        raise KitError(f"--backend: {backend!r} is not one of {backends.names()}")
     # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     m = trusted.manifest
@@ -226,7 +225,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 
         tree = describe_source(m, prefer=source)
         made = None
-        if (backend or m.build.backend) == "cuda" and not m.build.base_image:
+        if backends.get(backend or m.build.backend).debian is None and not m.build.base_image:
             from harness.image import cuda_base
 
             made = cuda_base.planned(offline=base == "offline")
@@ -234,8 +233,8 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = bd.build(eng, trusted, backend=backend, force=force, prefer=source,
-                           jobs=jobs, host=eng.name, offline_base=base == "offline")
+            rec = build.build(eng, trusted, backend=backend, force=force, prefer=source,
+                              jobs=jobs, host=eng.name, offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
@@ -329,10 +328,10 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 @kit_errors
 def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
-    from harness.analysis import report as rp
+    from harness.analysis import report
 
-    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
-    written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
+    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [report.latest_run(Path(_cfg(c, "results", "results")))]
+    written = report.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
 
@@ -344,12 +343,12 @@ def report(c, run_dir=None, out=None, no_plot=False):
 def sensitivity(c, run_dir=None):
     """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
-    from harness.analysis import report as rp
+    from harness.analysis import report
     from harness.analysis.summary import summarize
     from harness.store.rundir import RunDir
 
-    d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
-    table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
+    d = Path(run_dir) if run_dir else report.latest_run(Path(_cfg(c, "results", "results")))
+    table = report.sensitivity_table(summarize(RunDir.open(d)), "simple")
     if not table:
         raise KitError(f"{d}: no perturbation task in this run (a task with `perturbation: true` and several "
                        "prompts)")
@@ -427,7 +426,7 @@ def compare(c, a, b, out=None, margin="5%"):
     import tempfile
 
     from harness.analysis import compare as cmp
-    from harness.analysis import report as rp
+    from harness.analysis import report
     from harness.share import bundle as bu
 
     with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
@@ -438,7 +437,7 @@ def compare(c, a, b, out=None, margin="5%"):
         res = cmp.compare(dirs[0], dirs[1], _margin(margin))
         print(console_lines(cmp.text(res)))
         if out:
-            rp.write([dirs[1]], Path(out), plot=False, comparison=res)
+            report.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")
 
 
@@ -452,7 +451,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     """Measure each host's memory bandwidth in the image; later runs' physics checks use it, not the spec sheet."""
     from harness.image import images
     from harness.intake import manifest as mf
-    from harness.run import bandwidth as pb
+    from harness.run import bandwidth
 
     size = _int("--size-mib", size_mib, minimum=1, maximum=1 << 16)
     m = mf.load(_manifest_path(c, manifest))
@@ -463,7 +462,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = pb.probe_host(eng, m, rec, size)
+            res = bandwidth.probe_host(eng, m, rec, size)
             on = f" on {res['device']}" if res.get("device") else ""
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}{on}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +20,18 @@ HASH_CACHE_MIN_BYTES = 64 << 20
 #: file found beside a model is never read.
 HASH_CACHE = ROOT / ".cache" / "hashes"
 _ENTRY_MAX_BYTES = 8192
+
+
+def read_bounded(read: Callable[[int], bytes], size: int, block: int = 1 << 20) -> Iterator[bytes]:
+    """The blocks `read(n)` gives until `size` bytes came or it gives none: never more than `size`, however much the
+    other side has (a socket, an archive member)."""
+    got = 0
+    while got < size:
+        chunk = read(min(block, size - got))
+        if not chunk:
+            return
+        got += len(chunk)
+        yield chunk
 
 
 def sha256_bytes(data: bytes) -> str:

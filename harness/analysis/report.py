@@ -13,7 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import KitError, schema
+from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
 from harness.analysis import plotting, tuning, tuning_report
@@ -111,6 +111,8 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         gpus = e.get("gpus") or []
         gpu = f", {', '.join(g['name'] for g in gpus)} (driver {gpus[0]['driver']})" if gpus else ""
         hosts.append(f"{h}: {e.get('cpu_model') or '?'}, {e.get('cpus')} CPUs{gpu}, Docker {e.get('docker_version')}")
+    # a backend that compiles for GPU architectures names them in the image's label (harness/image/recipe.py)
+    arches = plan["labels"].get(f"{LABEL_PREFIX}.cuda-architectures")
     rows = [
         ("manifest", f"{fm.md(summary['manifest']['name'])} (sha256 {summary['manifest']['sha256'][:16]})"),
         ("run", f"{summary['run_id']} ({summary['status']}, {m['ok']} ok, {m['failed']} failed of {m['planned']} "
@@ -120,8 +122,7 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         ("hosts", fm.md("; ".join(hosts), 1000)),
         ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),
         ("llama.cpp", fm.md(f"build {src.get('build_number')}, commit {src.get('commit')}, {source}")),
-        ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {plan['build_args'].get('CUDA_ARCHITECTURES')}"
-                                                  if plan["backend"] == "cuda" else ""))),
+        ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {arches}" if arches else ""))),
         ("cmake", " ".join(fm.code(a) for a in plan["cmake_args"]
                            if not a.startswith(("-DLLAMA_BUILD_NUMBER", "-DLLAMA_BUILD_COMMIT")))),
         ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"),

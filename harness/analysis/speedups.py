@@ -114,12 +114,6 @@ class SpeedupTable:
     def geomean_family_size(self) -> int:
         return next((g.judgement.family for g in self.geomeans if g.judgement.family), 0)
 
-    def marks(self) -> dict[Verdict, int]:
-        out: dict[Verdict, int] = defaultdict(int)
-        for s in self.cells.values():
-            out[s.verdict] += 1
-        return dict(out)
-
 
 def table(index: CellIndex, baselines: Mapping[str, str | None], band: float = EQUIVALENCE_BAND) -> SpeedupTable:
     """The speedups of every cell that has a baseline, judged as one family; the geometric means as another."""

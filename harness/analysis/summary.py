@@ -250,7 +250,7 @@ def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.Pas
     k, v = passbytes.cache_types(ok[0].get("server_command") or [])
     return passbytes.per_pass(target, statistics.median(depths), k_type=k, v_type=v, draft=draft,
                               steps=statistics.median(steps) if s.speculative else 0.0,
-                              mtp=s.spec_type == "draft-mtp")
+                              mtp=passbytes.nextn_draft(s.spec_type))
 
 
 def _geomean(g: Speedup) -> dict[str, Any]:

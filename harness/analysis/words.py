@@ -4,8 +4,6 @@ harness/formatter.py; nothing here decides anything."""
 
 from __future__ import annotations
 
-import math
-
 from harness import formatter as fm
 from harness.analysis import contamination as ct
 from harness.analysis import inference as inf
@@ -202,8 +200,3 @@ def interference_rule(disturbed_cores: float, busy_share: float, retake_cap: int
             f"average during its timed request (or the CPU throttled, or another process used the GPU); {retaken} "
             f"left out of every figure, unless more than {fm.pct(busy_share)} of a host's were disturbed: then they "
             "are kept and the host is named as busy")
-
-
-def log_ratio_pct(x: float) -> str:
-    """A log ratio as a signed percentage."""
-    return f"{math.expm1(x) * 100:+.1f}%"

@@ -39,7 +39,7 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 import docker
 from harness import KitError
-from harness.files import file_sha256
+from harness.files import file_sha256, read_bounded
 from harness.formatter import console
 from harness.hosts.engine import Endpoint, Engine, LocalEngine
 
@@ -352,14 +352,8 @@ class RemoteEngine(Engine):
         chan = transport.open_session(timeout=30)
         try:
             chan.exec_command(shlex.join(["head", "-c", str(int(n)), str(path)]))
-            chunks, got = [], 0
-            while got < n:
-                block = chan.recv(min(1 << 20, n - got))
-                if not block:
-                    break
-                chunks.append(block)
-                got += len(block)
-            if chan.recv_exit_status() != 0 and not got:
+            chunks = list(read_bounded(chan.recv, n))
+            if chan.recv_exit_status() != 0 and not chunks:
                 raise KitError(f"{self.name}: cannot read {path}")
             return b"".join(chunks)
         finally:

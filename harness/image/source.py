@@ -24,7 +24,7 @@ from harness.files import display_path, file_sha256
 from harness.formatter import console
 from harness.intake.manifest import Manifest, SdistSource
 from harness.intake.urls import is_official_index, link_problem, open_link, redact_url
-from harness.store import archive as archive_mod
+from harness.store import archive
 
 CACHE = ROOT / ".cache"
 #: The largest sdist the kit downloads (llama.cpp's is tens of MB) and the largest index page it reads.
@@ -168,34 +168,34 @@ def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = 
     tree = cache / "src" / _sdist_dir(sd)
     done = tree / ".specbench-complete"
     if not done.exists() or done.read_text().strip() != key:
-        archive = local_file
-        if archive is None:
+        sdist_file = local_file
+        if sdist_file is None:
             # the kit's own folder for this exact source: nothing of another name, index or version is looked at
             own = cache / "sdist" / _sdist_dir(sd)
             cached = sorted(p for p in own.glob("*.tar.gz") if sdist_of(p.name, sd.package, sd.version)) \
                 if own.is_dir() else []
-            archive = next((p for p in cached if file_sha256(p) == sd.sha256), None)
-        if archive is None:
+            sdist_file = next((p for p in cached if file_sha256(p) == sd.sha256), None)
+        if sdist_file is None:
             name, url, index_sha = sdist_url(sd.index_url, sd.package, sd.version)
             if index_sha and index_sha != sd.sha256:
                 raise KitError(f"source: the index lists {console(name, 200)} with sha256 {console(index_sha, 100)}, "
                                f"the manifest pins {sd.sha256}")
-            archive = _download(sd.index_url, url, cache / "sdist" / _sdist_dir(sd) / name, sd.sha256, name, log)
+            sdist_file = _download(sd.index_url, url, cache / "sdist" / _sdist_dir(sd) / name, sd.sha256, name, log)
         else:
-            actual = file_sha256(archive)
+            actual = file_sha256(sdist_file)
             if actual != sd.sha256:
-                raise KitError(f"source: {archive} has sha256 {actual}, the manifest pins {sd.sha256}")
-        log(f"source: unpacking {archive.name}")
+                raise KitError(f"source: {sdist_file} has sha256 {actual}, the manifest pins {sd.sha256}")
+        log(f"source: unpacking {sdist_file.name}")
         if tree.exists():
             shutil.rmtree(tree)
         (cache / "src").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="sdist-", dir=cache / "src"))
         try:
-            archive_mod.extract(archive, tmp / "x", archive_mod.SDIST_LIMITS)
+            archive.extract(sdist_file, tmp / "x", archive.SDIST_LIMITS)
             tops = [p for p in (tmp / "x").iterdir() if p.is_dir()]
             found = tops[0] / sd.subdir if len(tops) == 1 else None
             if found is None or not (found / "CMakeLists.txt").is_file() or not (found / "tools").is_dir():
-                raise KitError(f"source: {archive.name} has no {sd.subdir}/ with CMakeLists.txt and tools/; is it a "
+                raise KitError(f"source: {sdist_file.name} has no {sd.subdir}/ with CMakeLists.txt and tools/; is it a "
                                "llama.cpp sdist?")
             shutil.move(str(found), tree)
         finally:

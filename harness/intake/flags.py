@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.intake import spec_types
+
 #: Flags the kit sets for each strategy; a manifest names the models and the type instead.
 RESERVED: dict[str, str] = {
     flag: why
@@ -20,8 +22,8 @@ RESERVED: dict[str, str] = {
         "the kit sets the draft model (a strategy's draft)": ("-md", "--model-draft", "--spec-draft-model",
                                                               "--spec-draft-hf", "-hfd", "-hfrd",
                                                               "--hf-repo-draft"),
-        "the kit sets the speculative type (a strategy's spec_type)": ("--spec-type", "--mtp", "--dflash",
-                                                                       "--eagle3", "--spec-default"),
+        "the kit sets the speculative type (a strategy's spec_type)": (
+            "--spec-type", *(f for t in spec_types.SPEC_TYPES for f in t.selecting_flags)),
         "the kit binds the server to 127.0.0.1 on a port of its choosing": ("--host", "--port", "--reuse-port"),
     }.items()
     for flag in flags
@@ -59,11 +61,9 @@ _ALLOWED_GROUPS: dict[int, tuple[str, ...]] = {
         "--spec-draft-n-min", "--spec-draft-p-split", "--draft-p-split", "--spec-draft-p-min", "--draft-p-min",
         "--spec-draft-device", "-devd", "--device-draft", "--spec-draft-ngl", "-ngld", "--gpu-layers-draft",
         "--n-gpu-layers-draft", "--spec-draft-sampling", "--draft", "--draft-n", "--draft-max", "--draft-min",
-        "--draft-n-min", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match",
-        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--spec-ngram-simple-min-hits",
-        "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
-        "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m", "--spec-ngram-map-k4v-min-hits",
-        "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits",
+        "--draft-n-min", "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits",
+        # each spec type's own parameters (harness/intake/spec_types.py)
+        *(f for t in spec_types.SPEC_TYPES for f in t.tuning_flags),
         # strict CPU placement: `<0|1>` in the pinned build's help (b11434 common/arg.cpp), a value, not a switch
         "--cpu-strict", "--cpu-strict-batch", "--spec-draft-cpu-strict", "--cpu-strict-draft",
         "--spec-draft-cpu-strict-batch", "--cpu-strict-batch-draft",

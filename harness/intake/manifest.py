@@ -14,13 +14,11 @@ from typing import Any
 
 from harness import KitError, schema
 from harness.files import display_path, file_sha256
-from harness.intake import cmake_flags, flags, sweep
+from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
 from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
-
-#: Strategies of these types load a second model with -md.
-DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
 DEFAULT_LOAD_TIMEOUT_S = 600.0
 DEFAULT_REQUEST_TIMEOUT_S = 900.0
@@ -153,7 +151,7 @@ class ModelFile:
 
 
 @dataclass(frozen=True)
-class Strategy:
+class Strategy(spec_types.StrategyFields):
     id: str
     spec_type: str
     draft: str | None = None
@@ -164,15 +162,6 @@ class Strategy:
     baseline: str | None = None  # the strategy its speedup is against (default: the baseline of its target)
     family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
     sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs, already in args
-
-    @property
-    def speculative(self) -> bool:
-        return self.spec_type != "none"
-
-    @property
-    def family_id(self) -> str:
-        """The manifest entry's id: the same for every combination and level of a sweep."""
-        return self.family or self.id
 
     def model_keys(self) -> list[str]:
         return [self.model] + ([self.draft] if self.draft else [])
@@ -263,12 +252,12 @@ class Manifest:
 
     def baseline(self, model: str = "target", parallel: int = 1) -> Strategy | None:
         """The no-speculation control of a target: the first baseline on that model at that level, else its first."""
-        return sweep.at_level([s for s in self.strategies if s.spec_type == "none" and s.model == model], parallel)
+        return expansion.at_level([s for s in self.strategies if not s.speculative and s.model == model], parallel)
 
     def baseline_for(self, strategy: Strategy) -> Strategy | None:
         """Its speedup's control: its `baseline` entry at its level (else that entry's first), else its target's."""
         b = strategy.baseline
-        return sweep.at_level([s for s in self.strategies if b in (s.family_id, s.id)], strategy.parallel) if b \
+        return expansion.at_level([s for s in self.strategies if b in (s.family_id, s.id)], strategy.parallel) if b \
             else self.baseline(strategy.model, strategy.parallel)
 
     def models_used(self, strategy_ids: Iterable[str] | None = None) -> list[ModelFile]:
@@ -328,10 +317,10 @@ class _Builder:
         hw = raw["hardware"]
         server_args = tuple(raw.get("server_args", ()))
         self.check_flags("server_args", server_args)
-        slots = sweep.slots(server_args)  # the level of every entry that gives no `parallel`
-        if slots is not None and not (slots.isascii() and slots.isdigit() and 1 <= int(slots) <= sweep.MAX_SLOTS):
+        slots = expansion.slots(server_args)  # the level of every entry that gives no `parallel`
+        if slots is not None and not (slots.isascii() and slots.isdigit() and 1 <= int(slots) <= expansion.MAX_SLOTS):
             raise self.fail("server_args", f"--parallel {slots!r}: expected a whole number of slots from 1 to "
-                            f"{sweep.MAX_SLOTS}")
+                            f"{expansion.MAX_SLOTS}")
         models = self.models()
         strategies = self.strategies(models)
         sp = raw.get("sampling", {})
@@ -452,20 +441,22 @@ class _Builder:
         for i, s in enumerate(self.raw["strategies"]):
             self.check_models(fp := f"strategies[{i}]", s, models)
             self.check_flags(f"{fp}.args", args := tuple(s.get("args", ())))
-            for e in sweep.entry(s, args, self.raw, f"{self.where}: {fp}", len(out)):  # sweeps and levels expanded
-                out.append(Strategy(e.id, s["spec_type"], s.get("draft"), args + sweep.sweep_args(e), s.get("label"),
-                                    e.parallel, s.get("model", "target"), s.get("baseline"), s["id"], e.sweep))
+            for e in expansion.entry(s, args, self.raw, f"{self.where}: {fp}", len(out)):  # sweeps and levels expanded
+                out.append(Strategy(e.id, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
+                                    s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"), s["id"],
+                                    e.sweep))
         return tuple(out)
 
     def check_models(self, fp: str, s: dict[str, Any], models: dict[str, ModelFile]) -> None:
         draft, model = s.get("draft"), s.get("model", "target")
         if model not in models:
             raise self.fail(f"{fp}.model", f"{model!r} is not a key of models (expected one of {sorted(models)})")
-        if s["spec_type"] in DRAFT_MODEL_TYPES and not draft:
+        draft_file = spec_types.get(s["spec_type"]).draft_file
+        if draft_file and not draft:
             raise self.fail(fp, f"spec_type {s['spec_type']!r} needs a draft model: set draft to one of "
                             f"{sorted(models)}")
         if draft is not None:
-            if s["spec_type"] not in DRAFT_MODEL_TYPES:
+            if not draft_file:
                 raise self.fail(f"{fp}.draft", f"spec_type {s['spec_type']!r} takes no draft model")
             if draft not in models:
                 raise self.fail(f"{fp}.draft", f"{draft!r} is not a key of models (expected one of {sorted(models)})")

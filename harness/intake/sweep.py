@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from harness.intake import flags
+from harness.intake import flags, spec_types
 from harness.intake.bounded_yaml import ManifestError
 
 #: Combinations of one strategy's sweep (values multiplied), before concurrency levels.
@@ -110,7 +110,7 @@ def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw
     """The strategies one manifest entry stands for, combinations outermost, levels innermost; SweepError on the
     first problem. Without a sweep and with one level it is the entry itself."""
     sweep = raw_sweep or {}
-    if sweep and spec_type == "none":
+    if sweep and not spec_types.get(spec_type).speculative:
         raise SweepError("sweep", "a baseline (spec_type none) is the reference every combination pairs with; "
                          "sweep a speculative strategy")
     seen: dict[str, str] = {}
@@ -169,7 +169,7 @@ def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], 
         kinds = {e["id"]: e["spec_type"] for e in manifest["strategies"]}
         if base is not None and base not in kinds:
             raise SweepError("baseline", f"{base!r} is not a strategy id (expected one of {sorted(kinds)})")
-        if base is not None and kinds[base] != "none":
+        if base is not None and spec_types.get(kinds[base]).speculative:
             raise SweepError("baseline", f"{base!r} is not a baseline (spec_type {kinds[base]!r}, expected 'none')")
         out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel", level), args,
                      tuple(manifest.get("server_args", ())))

@@ -20,7 +20,7 @@ from harness.files import now_iso
 from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
-from harness.run.protocol import Context
+from harness.run.protocol import Context, MeasurementProtocol
 from harness.store.rundir import RunDir
 
 
@@ -130,7 +130,7 @@ class Executor:
 
     Long by design: the run's lifecycle (resume filter, hosts, interruption, leftovers) in short methods."""
 
-    def __init__(self, ctx: Context, engines: list[Engine], protocol: Any, rd: RunDir, *,
+    def __init__(self, ctx: Context, engines: list[Engine], protocol: MeasurementProtocol, rd: RunDir, *,
                  log: Callable[[str], None] = print, progress: bool = True, retake_cap: int = 0, seed: int = 0):
         self.ctx = ctx
         self.engines = {e.name: e for e in engines}

@@ -11,7 +11,8 @@ from pathlib import Path
 from harness import KitError
 from harness.files import display_path
 from harness.formatter import size
-from harness.image import source
+from harness.image import backends, source
+from harness.intake import spec_types
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
@@ -143,7 +144,7 @@ def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | 
 def aa_twin(baseline: Strategy) -> Strategy:
     """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
     the report shows how much drift survives the pairing by rounds."""
-    return Strategy(f"{baseline.id}-aa", "none", None, baseline.args, f"A/A control of {baseline.id}",
+    return Strategy(f"{baseline.id}-aa", baseline.spec_type, None, baseline.args, f"A/A control of {baseline.id}",
                     baseline.parallel, baseline.model, baseline.id, f"{baseline.id}-aa")
 
 
@@ -207,7 +208,7 @@ def model_preflight(manifest: Manifest, models_dir: Path,
                                f"headers): models.{key} ({where}) is not there yet; `invoke models`, then validate "
                                "again")
         present = {k for k, m in manifest.models.items() if m.local_path(models_dir).is_file()}
-        flavoured = [s.id for s in manifest.strategies if (s.draft or s.spec_type == "draft-mtp")
+        flavoured = [s.id for s in manifest.strategies if (s.draft or spec_types.get(s.spec_type).flavours)
                      and set(s.model_keys()) <= present]
         if supported is None and flavoured:
             not_checked.append(f"strategies {', '.join(flavoured)}: the drafter flavour against the image's "
@@ -283,9 +284,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
-             f"build: {manifest.build.backend}"
-             + (f", CUDA arch {manifest.build.cuda_architectures}" if manifest.build.backend == "cuda" else "")
-             + f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
+             f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
+             f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
              "strategies:"]
     untrusted = [f for f, _, _ in untrusted_fields(manifest)]
     if untrusted:

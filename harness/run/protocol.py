@@ -1,6 +1,6 @@
 """How a measurement is made: the fresh-container protocol (the kit's), and the naive reuse-server protocol (on
-purpose, labelled as such). Both build their records with the same functions, so a record means the same thing
-whichever protocol made it; they differ only in which server a request goes to."""
+purpose, labelled as such), both a `MeasurementProtocol`. Both build their records with the same functions, so a
+record means the same thing whichever protocol made it; they differ only in which server a request goes to."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from harness.files import now_iso
 from harness.hosts import environment
-from harness.hosts.devices import GPU_BACKENDS, Access, access_from_nodes
+from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
+from harness.image import backends
 from harness.run import interference, serverlog
 from harness.run.client import MeasurementFailed, run_request
 from harness.run.plan import Planned
@@ -42,7 +43,7 @@ class Context:
 
     def access_on(self, engine: Engine) -> Access:
         """The devices a container of this run gets on the engine's host."""
-        return self.access.get(engine.name) or access_from_nodes(self.backend, [])
+        return self.access.get(engine.name) or access_from_nodes(backends.get(self.backend), [])
 
 
 # ---------------------------------------------------------------- the record
@@ -88,7 +89,7 @@ def server_statistics(server: Server) -> dict[str, Any]:
 def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
     """For a GPU backend, what the server's load lines say: the device each model went to, the layers offloaded,
     the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
-    if ctx.backend not in GPU_BACKENDS:
+    if not backends.get(ctx.backend).gpu:
         return None
     return serverlog.devices(server.log(tail="all"))
 
@@ -126,6 +127,21 @@ def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task:
 # ---------------------------------------------------------------- the protocols
 
 
+@runtime_checkable
+class MeasurementProtocol(Protocol):
+    """How the measurements planned for one host are made (the executor runs one per host, in parallel)."""
+
+    #: Recorded in run.json and in every record: a reader knows which protocol made a figure.
+    name: str
+    #: Whether a disturbed measurement may be measured again (harness/run/executor.py).
+    retakes: bool
+
+    def run(self, ctx: Context, engine: Engine, items: list[Planned], emit: Emit, stop: threading.Event) -> None:
+        """Measure `items` on `engine` in their order, `emit` each record as it is made, return early once `stop`
+        is set."""
+        ...
+
+
 class FreshContainer:
     """One new container per measurement: start, /health, one request, remove."""
 
@@ -157,7 +173,7 @@ class FreshContainer:
                 rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
                 rec["server_log"] = server_statistics(server)
-                if ctx.backend in GPU_BACKENDS:
+                if backends.get(ctx.backend).gpu:
                     rec["device"] = device_use(ctx, server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
                                  "request_s": rec["client"]["request_s"],
@@ -213,7 +229,7 @@ class ReuseServer:
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
                         rec["server_log"] = server_statistics(server)
-                        if ctx.backend in GPU_BACKENDS:
+                        if backends.get(ctx.backend).gpu:
                             rec["device"] = used
                     except MeasurementFailed as e:
                         set_failure(rec, e)
@@ -228,4 +244,4 @@ class ReuseServer:
                 emit(rec)
 
 
-PROTOCOLS = {p.name: p for p in (FreshContainer, ReuseServer)}
+PROTOCOLS: dict[str, type[MeasurementProtocol]] = {p.name: p for p in (FreshContainer, ReuseServer)}

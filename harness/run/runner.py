@@ -16,16 +16,16 @@ from harness.analysis.records import CellIndex, CellKey
 from harness.files import display_path
 from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
-from harness.image import build, images, source
+from harness.image import backends, build, images, source
 from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
-from harness.models import ensure as models
 from harness.models import gguf_facts, preflight
+from harness.models.ensure import ensure
 from harness.run import bandwidth, metadata
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan
-from harness.run.protocol import PROTOCOLS, Context, warm_shader_cache
+from harness.run.protocol import PROTOCOLS, Context, MeasurementProtocol, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
 
@@ -123,7 +123,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
                      shuffle_seed=seed, aa_control=aa_control, retakes=retakes,
                      max_rounds=(max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
-    model_paths = models.ensure(manifest, models_dir, download=True, log=log,
+    model_paths = ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
     local_preflight(manifest, plan, model_paths)  # a wrong file costs no build
     if meta is None:
@@ -178,7 +178,7 @@ def converge(target: float) -> Extender:
 def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str, Any]) -> dict[str, devices.Setup]:
     """Each host's devices for the image's backend (harness/hosts/devices.py); a host where no device fits (a
     Vulkan image that sees only a software device, unless the manifest measures on one) stops the run here."""
-    backend = record["plan"]["backend"]
+    backend = backends.get(record["plan"]["backend"])
     setups = {}
     for e in engines:
         s = devices.setup(e, backend, record["tag"], manifest.hardware.software_device)
@@ -191,7 +191,7 @@ def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str
 def host_facts(engine: Engine, image: str, setup: devices.Setup) -> dict[str, Any]:
     """The host's facts (harness/hosts/environment.py) and, for a GPU backend, its devices."""
     out = environment.facts(engine, image)
-    if setup.access.backend in devices.GPU_BACKENDS:
+    if backends.get(setup.access.backend).gpu:
         out["devices"] = setup.facts()
     return out
 
@@ -242,7 +242,7 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
                                    f"; {len(problems)} problems:\n  " + "\n  ".join(problems)))
 
 
-def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
+def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: MeasurementProtocol,
              record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
              progress: bool, access: dict[str, devices.Access], extend: Extender | None = None,
              cap: int = DEFAULT_MAX_ROUNDS) -> str:
@@ -257,7 +257,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
-        if ctx.backend == "vulkan":
+        if backends.get(ctx.backend).shader_cache:
             for e in engines:
                 warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)

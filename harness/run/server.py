@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.hosts.devices import GPU_BACKENDS, Access
+from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, Mount
+from harness.image import backends
 from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
 from harness.run import serverlog
@@ -67,7 +68,7 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
     cmd = server_command(manifest, strategy, model_paths, port)
-    if access.backend in GPU_BACKENDS:
+    if backends.get(access.backend).gpu:
         at = cmd.index("--host")
         cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]
     return ServerSpec(image, cmd, mounts, access)

@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from harness import KitError, schema
+from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
 
 #: A run makes at most this many measurements, planned rounds, rounds --until adds and confirmation rounds
@@ -20,7 +21,7 @@ MAX_MEASUREMENTS = 100_000
 
 
 @dataclass(frozen=True)
-class StrategyMeta:
+class StrategyMeta(spec_types.StrategyFields):
     id: str
     spec_type: str
     draft: str | None
@@ -31,14 +32,6 @@ class StrategyMeta:
     parallel: int = 1
     family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
     sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs
-
-    @property
-    def speculative(self) -> bool:
-        return self.spec_type != "none"
-
-    @property
-    def family_id(self) -> str:
-        return self.family or self.id
 
 
 @dataclass(frozen=True)
@@ -181,9 +174,9 @@ def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     raw = parse_yaml(obj["manifest"]["text"], "run.json manifest.text")
     prompts = obj["manifest"].pop("prompts", {})
-    first_none = next((s["id"] for s in raw["strategies"] if s["spec_type"] == "none"), None)
+    first_none = next((s["id"] for s in raw["strategies"] if not spec_types.is_speculative(s["spec_type"])), None)
     obj["strategies"] = [{"id": s["id"], "spec_type": s["spec_type"], "draft": s.get("draft"), "model": "target",
-                          "baseline": None if s["spec_type"] == "none" else first_none,
+                          "baseline": first_none if spec_types.is_speculative(s["spec_type"]) else None,
                           "args": list(s.get("args", [])), "label": s.get("label"),
                           "parallel": int(s.get("parallel", 1))} for s in raw["strategies"]]
     obj["tasks"] = [{"id": t["id"], "n_predict": t["n_predict"],
