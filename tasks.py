@@ -76,6 +76,17 @@ def _until(value) -> float | None:
         raise KitError(f"--until: expected a percentage between 0 and 100% such as 5%, got {console(repr(value), 80)}")
     return u
 
+
+def _seconds(flag: str, value) -> float | None:
+    """'30s', '2m', '45' (seconds) -> seconds."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m)?\s*", str(value))
+    if not m:
+        raise KitError(f"{flag}: expected a duration such as 30s or 2m, got {value!r}")
+    return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+
+
 MARGIN_HELP = ("how far B/A of a speedup may be from 1 and still reproduce, e.g. 5% or 0.15 (default 5%); a cell "
                "differs when its 95% interval lies wholly outside it")
 
@@ -265,13 +276,17 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 
 @task(auto_shortflags=False, iterable=["strategy", "task_id", "host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
-    "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
+    "resume": "run id (or run folder) of a run to continue: an interrupted one's measurements are made, and in any "
+              "run what still does not count (disturbed, or failed while other work ran or where its cell "
+              "succeeded) is retaken within the cap; finished measurements are skipped. With it, --runs adds rounds, "
+              "--retakes sets a new cap, --quiet-wait a new wait",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
     "strategy": "only these strategies (repeat or comma-separate): an id (a combination in full: "
                 "'ngram-simple[size-n=3,size-m=16]'), a sweep's id for all its combinations, '<id>[*]' for every "
                 "combination and concurrency level of a manifest entry",
     "task_id": "only these tasks (repeat or comma-separate)",
-    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs)",
+    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs); with --resume, "
+            "more runs than the run planned add rounds (where no round follows its planned ones)",
     "no_build": "fail instead of building the image when no engine holds one of this build",
     "reuse_server": "the NAIVE protocol on purpose: one server per strategy, caches carry over (labelled so)",
     "seed": "shuffle seed for the round order (default: random, recorded)",
@@ -283,8 +298,14 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "max_rounds": "round cap for --until (default 20); cells still wider are named",
     "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
                   "how much drift survives the pairing by rounds)",
-    "retakes": "at most this many measurements that other work disturbed are measured again, each at the end of "
-               "its round (default: the manifest's retakes, else 10% of the planned measurements; 0: none)",
+    "retakes": "at most this many measurements are measured again in the run (default: the manifest's retakes, else "
+               "10% of the planned measurements; 0: none), each at the end of its round: those other work disturbed "
+               "or that failed while other work ran or where their cell succeeded, chosen by the pairs they restore "
+               "(a disturbed baseline first: it pairs with every strategy on its task and prompt); with --resume, "
+               "the run's new cap, the retakes already made counting against it",
+    "quiet_wait": "before each timed request, wait at most this long (e.g. 30s, 2m) until other work on the host uses "
+                  "less than a quarter of a core (looked at in half-second windows with the server ready), so fewer "
+                  "measurements are disturbed; each record keeps its wait, RESULTS.md states the bound",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -292,7 +313,7 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None):
+        retakes=None, quiet_wait=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
@@ -301,10 +322,11 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 
     # every flag checked, then one load and one trust decision, before any engine or host is reached
     retakes = _int("--retakes", retakes, minimum=0)
-    runs = _int("--runs" if runs is not None else "specbench.runs (invoke.yaml or INVOKE_SPECBENCH_RUNS)",
-                runs if runs is not None else _cfg(c, "runs"), minimum=1)
+    runs = _int("--runs", runs, minimum=1) if runs is not None else \
+        None if resume else _int("specbench.runs (invoke.yaml or INVOKE_SPECBENCH_RUNS)", _cfg(c, "runs"), minimum=1)
     seed = _int("--seed", seed, minimum=0, maximum=2**63 - 1)
     until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
+    wait = _seconds("--quiet-wait", quiet_wait)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
         raise KitError(f"--max-rounds {max_rounds} is fewer than the {runs or trusted.manifest.runs} planned runs")
@@ -316,7 +338,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=runs,
             reuse_server=reuse_server, seed=seed, progress=not no_progress,
             engines=engines, until=until_f, max_rounds=max_rounds,
-            aa_control=aa_control, build_missing=not no_build, retakes=retakes)
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait)
     print(out)
 
 

@@ -151,8 +151,8 @@ def test_validate_prints_the_expanded_plan_and_its_measurement_count():
     assert "sweep ngram-simple: 4 combinations (--spec-ngram-simple-size-n 2, 4 x --spec-ngram-simple-size-m 8, 48)" \
         in out
     assert "serving baseline: 1, 2, 4 concurrent clients" in out
-    # 2 confirmation rounds x (the best two combinations + their baseline) x 8 tasks
-    assert "+48 measurements, 456 in all" in out
+    # 2 confirmation rounds x (the best two combinations + their baseline at its 3 levels) x 8 tasks
+    assert "+80 measurements, 488 in all" in out
     assert "ngram-simple[size-n=2,size-m=48] --spec-type ngram-simple --spec-ngram-simple-size-n 2" in out
     res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "validate", "--manifest", str(REAL)],
                          capture_output=True, text=True, timeout=120)

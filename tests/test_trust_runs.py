@@ -122,7 +122,7 @@ def _many_cells(meta: dict, recs: list[dict]) -> None:
     (_add_rounds, "measurements.jsonl: line 406: round 8 is not one the run planned (rounds 1 to 3 and the added "
                   "rounds 4 to 6)"),
     (_retake_other_cell, "names a measurement of another cell, prompt or round"),
-    (_retake_undisturbed, "names a measurement that was not disturbed"),
+    (_retake_undisturbed, "names a measurement that counts (ok, not disturbed)"),
     (_confirm_in_round_1, "run.json: plan.extra_rounds[0].round: 1, expected 4"),
     (_purpose_removed, "plan.extra_rounds[0]: a round added after the planned ones, but the run could add none"),
     (_level_changed, "strategy 'baseline[parallel=4]' is measured at 1"),

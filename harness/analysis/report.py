@@ -16,7 +16,10 @@ from tabulate import tabulate
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
-from harness.analysis import plotting, tuning, tuning_report
+from harness.analysis import explanation, plotting, stats, tuning, tuning_report
+from harness.analysis import explanation_report as why_report
+from harness.analysis.records import CellIndex
+from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_bytes, atomic_write_text
 from harness.store.rundir import RunDir
@@ -116,7 +119,9 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     rows = [
         ("manifest", f"{fm.md(summary['manifest']['name'])} (sha256 {summary['manifest']['sha256'][:16]})"),
         ("run", f"{summary['run_id']} ({summary['status']}, {m['ok']} ok, {m['failed']} failed of {m['planned']} "
-                "planned" + (f", {m['retakes']} disturbed measurement{'s' if m['retakes'] != 1 else ''} retaken"
+                "planned" + (f", {m['retakes']} measurement{'s' if m['retakes'] != 1 else ''} retaken"
+                             + (f", restoring {m['retake_pairs']} pair{'s' if m['retake_pairs'] != 1 else ''}"
+                                if m.get("retake_pairs") is not None else "")
                              if m.get("retakes") else "") + ")"),
         ("hardware", f"{fm.md(hw['name'])}, {hw['memory_bandwidth_gbs']:g} GB/s ({fm.md(hw['bandwidth_source'])})"),
         ("hosts", fm.md("; ".join(hosts), 1000)),
@@ -131,6 +136,9 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     unconfirmed = _unconfirmed(meta)
     if unconfirmed:
         rows.insert(2, ("plan", unconfirmed))
+    qw = summary.get("quiet_wait")
+    if qw:
+        rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
     devices = [f"{h}: " + "; ".join(d["line"] for d in e["devices"]["devices"])
                + (f" (llama.cpp told to use Vulkan {e['devices']['chosen']})" if e["devices"]["chosen"] is not None
                   else "")
@@ -141,6 +149,16 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     models = [[fm.md(k), fm.md(v["file"]), fm.size(v["size_bytes"]), fm.md(v.get("quantization") or "-"),
                fm.code(v["sha256"])] for k, v in meta.models.items()]
     return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
+
+
+def _quiet_wait(qw: dict[str, Any]) -> str:
+    """The header's line on --quiet-wait: the bound, and what the waits came to."""
+    out = (f"up to {fm.num(qw['bound_s'], 1)} s before each timed request, until other work on the host used less "
+           f"than {stats.DISTURBED_CORES:g} of a core (the server ready and idle)")
+    if qw["measurements"]:
+        out += (f": {qw['measurements']} measurements waited a median {fm.num(qw['waited_median_s'], 1)} s (at most "
+                f"{fm.num(qw['waited_max_s'], 1)} s); {qw['bound_reached']} reached the bound with the host still busy")
+    return out
 
 
 def _throughput(v: View) -> tuple[str, list[str]]:
@@ -384,7 +402,8 @@ def _family(fam: dict[str, Any]) -> str:
             f"{geo}.")
 
 
-def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None) -> str:
+def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None, beside: str = "") -> str:
+    """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
     parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
@@ -397,7 +416,7 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
               _family(summary["family"]), "", _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
-        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()})", ""]
+        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()}) {beside}".rstrip(), ""]
     parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", "", table, ""]
     if notes:
         parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
@@ -456,6 +475,44 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     return "\n".join(parts)
 
 
+def completion_text(summary: dict[str, Any]) -> str:
+    """The run section's last words where cells lack a verdict the run could still give them: which, why, and the
+    one command that completes it (harness/analysis/completion.py); '' where there is none."""
+    c = summary.get("completion") or {}
+    if not c.get("command"):
+        return ""
+    v = View(summary)
+    cells = c["fillable"] or c["short_planned"]
+    names = ", ".join(f"{v.label(x['host'], x['strategy'])} / {fm.md(x['task'])}" for x in cells[:12])
+    names += f" and {len(cells) - 12} more" if len(cells) > 12 else ""
+    out = ["### To complete this run", ""]
+    if c["fillable"]:
+        what = [f"{n} measurement{'s' if n != 1 else ''} {w}"
+                for w, n in (("not made yet (the run was interrupted)", c["unmeasured"]),
+                             ("disturbed by other work", c["disturbed"]),
+                             ("failed while other work ran or where their cell succeeded", c["failed"])) if n]
+        cap = c["retake_cap"]
+        out.append(f"{len(cells)} cell{' has' if len(cells) == 1 else 's have'} no verdict (fewer than "
+                   f"{MIN_ROUNDS} paired rounds) that measuring again would give: {names}. To measure (again): "
+                   f"{'; '.join(what)}; "
+                   + (f"the run retook {c['retakes_made']} of its cap of {cap}" if cap is not None else
+                      "the run predates retakes") + ". This resumes it and measures them (the retakes where they "
+                   "restore the most pairs first):")
+    else:
+        out.append(f"{len(cells)} cell{' was' if len(cells) == 1 else 's were'} planned with fewer rounds than a "
+                   f"verdict needs ({MIN_ROUNDS}): {names}. "
+                   + ("This resumes the run with the rounds they lack:" if c["resumes"] else
+                      "Rounds follow the planned ones (a sweep's confirmation, --until), so the planned runs "
+                      "cannot grow; a new run with enough rounds:"))
+    out += ["", fm.code(c["command"], 1000), ""]
+    said = {"--retakes": "the run's new cap of retakes, the retakes already made counting against it",
+            "--quiet-wait": "each measurement first waits up to that long for a quiet host"}
+    notes = [f"{fm.code(f'{k} {val}')}: {said[k]}" for k, val in c["flags"].items() if k in said]
+    if notes and c["fillable"]:
+        out += ["; ".join(notes) + ".", ""]
+    return "\n".join(out)
+
+
 def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
     """A grouped bar chart of speedup per task per strategy (PNG), or None without a speculative strategy."""
     v = View(summary)
@@ -502,9 +559,10 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
     written: list[Path] = []
     sections = []
     names = []
+    summaries = {d: summarize(RunDir.open(d)) for d in run_dirs}  # a reused-server run is shown beside fresh ones
     for d in run_dirs:
         rd = RunDir.open(d)
-        summary = summarize(rd)
+        summary = summaries[d]
         schema.check("summary", summary, f"{rd.path}/summary.json")
         sp = rd.path / "summary.json"
         atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
@@ -513,9 +571,17 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         if png:
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}
-        written += extra.values()
-        sections.append(render_run(rd, summary, out_path, png) + tuning_report.section(summary, out_path, extra))
+        why = why_report.write_plots(summary, rd.path, list(summaries.values())) if plot else {}
+        written += [*extra.values(), *why.values()]
+        sections.append(render_run(rd, summary, out_path, png, why_report.image(why, "positions", out_path,
+                                                                                "acceptance by draft position"))
+                        + tuning_report.section(summary, out_path, extra)
+                        + why_report.section(summary, out_path, why, list(summaries.values()))
+                        + completion_text(summary))
         names.append(summary["manifest"]["name"])
+    parity = why_report.parity_section(explanation.report_parity(
+        [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))
+    sections += [parity] if parity else []
     if comparison is not None:
         sections.append("\n".join([f"## Comparison: {fm.md(comparison['a']['run_id'])} (A) vs "
                                    f"{fm.md(comparison['b']['run_id'])} (B)", "", "```",

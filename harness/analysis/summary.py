@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from harness.analysis import checks, stats, tuning, words
+from harness.analysis import checks, completion, explanation, gaps, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
@@ -109,6 +109,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "measurements": {"recorded": len(records), "ok": sum(m.ok for m in index.measurements),
                          "failed": sum(not m.ok for m in index.measurements),
                          "retakes": index.retakes,
+                         "retake_pairs": gaps.restored_by_retakes(index.measurements, baselines, index.busy),
                          "planned": meta.plan.measurements + _extra_planned(meta),
                          "torn_last_line": rd.torn_last_line},
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
@@ -127,7 +128,9 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                                                                meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
-    } | tuning.summary(meta, index)
+        "quiet_wait": quiet_wait_summary(meta, index),
+        "completion": completion.of(meta, index).as_dict(),
+    } | tuning.summary(meta, index) | explanation.summary(meta, index, baselines, run_stats.table)
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -329,6 +332,19 @@ def _speculation(cells: list[dict[str, Any]], index: CellIndex, meta: RunMeta) -
             for c in cells:
                 if c["host"] == host and c["strategy"] == s.id:
                     c["checks"]["speculation"] = check
+
+
+def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None:
+    """A run that waited for a quiet host before its measurements (--quiet-wait): the bound, how many waited, how
+    long (median, max), and how many met the bound with the host still busy. None for a run that never waited."""
+    waits = [w for m in index.measurements if (w := (m.raw.get("quiet") or {}).get("wait"))]
+    if not waits and not meta.plan.quiet_wait_s:
+        return None
+    waited = [w["waited_s"] for w in waits]
+    return {"bound_s": meta.plan.quiet_wait_s or max((w["bound_s"] for w in waits), default=0.0),
+            "measurements": len(waits), "waited_median_s": _r(statistics.median(waited)) if waited else None,
+            "waited_max_s": _r(max(waited)) if waited else None,
+            "bound_reached": sum(1 for w in waits if not w["quiet"] and w.get("others_cores") is not None)}
 
 
 def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:

@@ -85,13 +85,17 @@ def levels_of(meta: RunMeta) -> dict[str, list[StrategyMeta]]:
 
 def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
     """Per host, when a baseline was measured at several levels: the curve of every strategy entry measured at
-    N clients (a sweep by its confirmed winner, else its best), and where batching overtakes each speculative one."""
+    N clients (a sweep by its confirmed winner, from the confirmation rounds alone, else by its best), and where
+    batching overtakes each speculative one."""
     multi = levels_of(meta)
     bases = [f for f, ss in multi.items() if not ss[0].speculative]
     if not bases:
         return []
+    results = sweep_results(meta, index)
     winners = {r.family: (r.confirmation.winner if r.confirmation else r.overall.best if r.overall else None)
-               for r in sweep_results(meta, index)}
+               for r in results}
+    confirmed_families = {r.family for r in results if r.confirmation}
+    confirm_rounds = sorted({x["round"] for x in meta.plan.extra_rounds if x.get("purpose") == "confirm"})
     out = []
     for host in meta.plan.hosts:
         by: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -105,10 +109,16 @@ def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
             if s.sweep and (w := winners.get(s.family_id)) and dict(s.sweep) != dict(meta.strategy(w).sweep):
                 continue  # a sweep is drawn by its winner's values, at every level measured
             families[s.family_id].append(s)
+        # a confirmed winner's figures come from the confirmation rounds alone: the sweep's rounds chose it
+        fresh = {f for f in families if f in confirmed_families and confirm_rounds}
+        for f in fresh:
+            for s in families[f]:
+                by[s.id] = [r for r in by[s.id] if int(r["round"]) in confirm_rounds]
         curves = {f: [serving.point([sample(r, s.speculative) for r in by[s.id]]) for s in ss if by[s.id]]
                   for f, ss in families.items()}
         curves = {f: pts for f, pts in curves.items() if pts}
         crossings = []
+        rounds: dict[str, list[int]] = {}
         for base in bases:
             base_model = multi[base][0].model
             base_samples = {s.parallel: [sample(r, False) for r in by[s.id]] for s in multi[base]}
@@ -118,8 +128,10 @@ def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
                 spec = {s.parallel: [sample(r, True) for r in by[s.id]] for s in ss}
                 name = ss[0].id if len(ss) == 1 else f
                 crossings.append(serving.crossover(name, base, spec, base_samples))
+                if f in fresh:
+                    rounds[name] = confirm_rounds
         out.append({"host": host, "curves": {f: [p.as_dict() for p in pts] for f, pts in curves.items()},
-                    "crossovers": [c.as_dict() for c in crossings]})
+                    "crossovers": [c.as_dict() for c in crossings], "confirmation_rounds": rounds})
     return out
 
 
@@ -150,4 +162,7 @@ SERVING_RULE = ("N clients at once against one fresh server with N slots; aggreg
                 "per-stream latency = 1 / the stream's decode rate (time per output token); speculation counts at N "
                 "when GET /slots says every slot speculates and the streams drafted; batching overtakes speculation "
                 "at the first N where aggregate(speculation at N, or its highest level below N) / aggregate(baseline "
-                "at N), paired by round and prompt, has its 95% interval below 1")
+                "at N), paired by round and prompt, has its 95% interval below 1; it does not overtake it at N only "
+                "where that interval lies above 1, and at every other N it is not shown either way; a sweep's "
+                "confirmed winner is compared in the confirmation rounds alone, which measure it and its baseline "
+                "at every concurrency level of their entries")

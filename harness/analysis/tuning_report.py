@@ -117,23 +117,46 @@ def serving_text(part: dict[str, Any], several_hosts: bool) -> list[str]:
         for lv in c["levels"]:
             at = ("no level" if lv["speculative_streams"] is None else
                   f"{lv['speculative_streams']} slot{'s' if lv['speculative_streams'] > 1 else ''}")
-            steps.append(f"{lv['streams']} client{'s' if lv['streams'] > 1 else ''}: {_fig(lv['ratio'])} "
-                         f"(speculation at {at})")
-        last = c["levels"][-1]["streams"] if c["levels"] else None
-        first = c["levels"][0] if c["levels"] else None
-        if first and first["streams"] == c["overtaken_at"] and first["streams"] == first["speculative_streams"]:
-            verdict = (f"speculation is slower than the baseline already at {first['streams']} client"
-                       f"{'s' if first['streams'] > 1 else ''}: there is nothing for batching to overtake")
-        elif c["overtaken_at"] is not None:
-            verdict = f"**batching overtakes speculation at {c['overtaken_at']} concurrent clients{host}**"
-        elif c["estimate_below_at"] is not None:
-            verdict = (f"batching gives more from {c['estimate_below_at']} client(s) on the estimate, but not "
-                       f"certainly (the interval reaches 1) up to {last}")
-        else:
-            verdict = f"batching does not overtake speculation up to {last} clients{host}"
+            fig = _fig(lv["ratio"]) if lv["ratio"]["estimate"] is not None else "no paired rounds"
+            steps.append(f"{lv['streams']} client{'s' if lv['streams'] > 1 else ''}: {fig} (speculation at {at})")
+        rounds = (f" In the confirmation rounds only ({_rounds(part['confirmation_rounds'][c['strategy']])}): the "
+                  "sweep's rounds chose this combination." if c["strategy"] in part.get("confirmation_rounds", {})
+                  else "")
         out.append(f"- **{fm.md(c['strategy'])}** against {fm.md(c['baseline'])} (aggregate tok/s, speculation / "
-                   f"baseline): {'; '.join(steps)}: {verdict}.")
+                   f"baseline): {'; '.join(steps)}: {crossover_verdict(c, host)}.{rounds}")
     return out + [""]
+
+
+def _clients(ns: list[int]) -> str:
+    """[1, 2, 4] -> '1, 2 and 4 clients'."""
+    text = ", ".join(map(str, ns[:-1])) + (" and " if len(ns) > 1 else "") + str(ns[-1])
+    return f"{text} client{'s' if len(ns) > 1 or ns[-1] > 1 else ''}"
+
+
+def crossover_verdict(c: dict[str, Any], host: str = "") -> str:
+    """Where batching overtakes one speculative strategy, in words: overtaken at the first N whose interval lies
+    below 1; "does not overtake" only at levels whose interval lies above 1; every other level "not shown"."""
+    levels = c["levels"]
+    if not levels:
+        return "no level to compare"
+    first = levels[0]
+    if first["streams"] == c["overtaken_at"] and first["streams"] == first["speculative_streams"]:
+        return (f"speculation is slower than the baseline already at {_clients([first['streams']])}: there is "
+                "nothing for batching to overtake")
+    if c["overtaken_at"] is not None:
+        return f"**batching overtakes speculation at {c['overtaken_at']} concurrent clients{host}**"
+    ahead = [lv["streams"] for lv in levels if lv["ratio"]["low"] is not None and lv["ratio"]["low"] > 1]
+    open_ = [lv for lv in levels if lv["streams"] not in ahead]
+    if not open_:
+        return f"batching does not overtake speculation up to {_clients([levels[-1]['streams']])}{host}"
+    why = " and ".join(dict.fromkeys("no interval" if lv["ratio"]["low"] is None else "the interval reaches 1"
+                                     for lv in open_))
+    shown = (f"batching does not overtake speculation at {_clients(ahead)}{host}; not shown at " if ahead
+             else "that batching does not overtake speculation is not shown at ")
+    text = f"{shown}{_clients([lv['streams'] for lv in open_])}{'' if ahead else host} ({why})"
+    if c["estimate_below_at"] is not None:
+        text += f"; on the estimate batching gives more from {_clients([c['estimate_below_at']])}, not certainly"
+    return text
 
 
 def _safe(name: str) -> str:

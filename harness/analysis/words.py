@@ -194,8 +194,10 @@ def interference_rule(disturbed_cores: float, busy_share: float, retake_cap: int
     elif retake_cap == 0:
         retaken = "this run retook none (cap 0): disturbed measurements are"
     else:
-        retaken = (f"disturbed measurements are retaken at the end of their round, shuffled, at most {retake_cap} in "
-                   "this run (both records kept, the retake marked), and the disturbed ones are")
+        retaken = ("disturbed measurements (and failed ones whose cell succeeded) are retaken at the end of their "
+                   "round, those that restore the most pairs first (a disturbed baseline first: it pairs with every "
+                   f"strategy on its task), at most {retake_cap} in this run (both records kept, the retake marked), "
+                   "and the disturbed ones are")
     return (f"a measurement is disturbed when other work on the host used more than {disturbed_cores:g} of a core on "
             f"average during its timed request (or the CPU throttled, or another process used the GPU); {retaken} "
             f"left out of every figure, unless more than {fm.pct(busy_share)} of a host's were disturbed: then they "

@@ -97,13 +97,28 @@ class Plan:
         out = {f: [s for s in ss if s.parallel == lowest[f]] for f, ss in out.items()}
         return {f: ss for f, ss in out.items() if len(ss) > 1}
 
+    def confirm_strategies(self, top: list[str], baselines: dict[str, str | None]) -> list[str]:
+        """What the confirmation rounds measure of a sweep's best combinations `top` (ids at the entry's lowest
+        level): each of them at every concurrency level of its entry, the baselines they pair with, and every level
+        of those baselines' entries, so that the serving comparison of the winner at N clients rests on fresh
+        rounds too. In plan order."""
+        by_id = {s.id: s for s in self.strategies}
+        want: set[str] = set()
+        for c in top:
+            combo = by_id[c]
+            levels = [s.id for s in self.strategies if s.family_id == combo.family_id and s.sweep == combo.sweep]
+            want |= set(levels)
+            for sid in levels:
+                base = by_id.get(baselines.get(sid) or "")
+                if base is not None:
+                    want |= {s.id for s in self.strategies if s.family_id == base.family_id}
+        return [s.id for s in self.strategies if s.id in want]
+
     def confirm_measurements(self, rounds: int, baselines: dict[str, str | None]) -> int:
-        """How many measurements the confirmation rounds will add: per round and prompt, each sweep's best two
-        combinations and the baselines they pair with (each once)."""
-        cells = set()
-        for ss in self.sweeps().values():
-            for s in ss[:2]:
-                cells |= {s.id, baselines.get(s.id) or s.id}
+        """How many measurements the confirmation rounds will add: per round and prompt, what
+        `confirm_strategies` measures of each sweep's best two combinations (each once)."""
+        cells = {sid for ss in self.sweeps().values()
+                 for sid in self.confirm_strategies([s.id for s in ss[:2]], baselines)}
         return rounds * len(cells) * sum(len(t.prompts) for t in self.tasks) * len(self.hosts)
 
     def describe(self) -> str:
@@ -258,7 +273,8 @@ def sweep_lines(manifest: Manifest, plan: Plan) -> list[str]:
         extra = plan.confirm_measurements(rounds, {s.id: (b.id if (b := manifest.baseline_for(s)) else None)
                                                    for s in plan.strategies})
         lines.append(f"confirmation: {rounds} fresh rounds of each sweep's best two combinations and their "
-                     f"baseline after the sweep: +{extra} measurements, {len(plan.items) + extra} in all")
+                     f"baseline, each at every concurrency level of its entry, after the sweep: +{extra} "
+                     f"measurements, {len(plan.items) + extra} in all")
     return lines
 
 

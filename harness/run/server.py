@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -22,6 +23,10 @@ MODELS_MOUNT = "/models"
 #: GPU backends' servers log at trace level: llama.cpp's load lines (the device each model went to, layers
 #: offloaded, device buffers) are there; the extra lines are per request, not per token.
 GPU_LOG_FLAGS = ["-lv", "4"]
+#: Speculative servers print one info-level line per draft call (`accepted  2/ 8 draft tokens`) when this is set:
+#: what acceptance by draft position is counted from (harness/run/serverlog.py). One line per target pass at most;
+#: it also lists each tensor once at load, before anything is timed.
+TRACE_ENV = (("LLAMA_TRACE", "1"),)
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
 #: After a failed request, how long to wait for a dying container to be reported exited.
@@ -68,6 +73,8 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
     cmd = server_command(manifest, strategy, model_paths, port)
+    if strategy.speculative:
+        access = dataclasses.replace(access, environment=access.environment + TRACE_ENV)
     if backends.get(access.backend).gpu:
         at = cmd.index("--host")
         cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]

@@ -6,9 +6,10 @@ drop that one, a confirmation moved to round 1 would erase the sweep, a record o
 strategy would be read as one. So run.json's plan must be one the kit could have made (the rounds it added follow
 the planned ones, one after another; confirmation rounds come last, as many as it says, of the combinations it
 names and their baselines; rounds --until adds only in a run that could add them), and every record must be of a
-cell of its round, with the measurement id the plan gives it, the stream count of its strategy, and a retake only
-of a disturbed measurement of the same cell, prompt and round, each at most once, within the run's cap. What does
-not fit is one line naming the file, the line or field, and what was expected; nothing is counted silently."""
+cell of its round, with the measurement id the plan gives it and the stream count of its strategy, and a retake
+only of a measurement of the same cell, prompt and round that other work disturbed or that failed, each at most
+once (a retake of a retake names the one before it). What does not fit is one line naming the file, the line or
+field, and what was expected; nothing is counted silently."""
 
 from __future__ import annotations
 
@@ -65,28 +66,33 @@ def plan_problem(meta: RunMeta) -> str | None:
 
 
 def _confirmation(meta: RunMeta, x: dict[str, Any], before: dict[str, Any] | None) -> str | None:
-    """A confirmation round: the combinations it names (at most two per sweep and host, of a sweep the run made)
-    and the baselines they pair with, every one of them measured, the same in every confirmation round."""
+    """A confirmation round: the combinations it names (at most two per sweep and host, of a sweep the run made),
+    each at the levels of its entry, with the baselines they pair with at every level of theirs, every named one
+    measured, the same in every confirmation round."""
     if before is not None and (before["cells"] != x["cells"] or before.get("combinations") != x.get("combinations")):
         return "the confirmation rounds measure different cells; every one measures the same"
     by_id = {s.id: s for s in meta.planned_strategies()}
     combos = x.get("combinations")
     if combos is None:  # the cells say which: each sweep member they list
         combos = list(dict.fromkeys(c[1] for c in x["cells"] if c[1] in by_id and by_id[c[1]].sweep))
-    swept = [c for c in combos if c in by_id and by_id[c].sweep]
-    if len(swept) != len(combos) or len(set(combos)) != len(combos):
+    if len(set(combos)) != len(combos) or not all(c in by_id and by_id[c].sweep for c in combos):
         return f"combinations: {combos!r} are not distinct combinations of one of the run's sweeps"
-    per_family: dict[tuple[str, str], set[str]] = {}
+    chosen: dict[tuple[str, str], set[tuple]] = {}  # (host, family) -> the swept values confirmed there
     for host, sid, _ in x["cells"]:
         if sid in by_id and by_id[sid].sweep:
-            per_family.setdefault((host, by_id[sid].family_id), set()).add(sid)
-    if any(len(ids) > 2 for ids in per_family.values()):
+            chosen.setdefault((host, by_id[sid].family_id), set()).add(by_id[sid].sweep)
+    if any(len(values) > 2 for values in chosen.values()):
         return "a confirmation measures a sweep's best two combinations on a host, not more"
-    allowed = set(combos) | {by_id[c].baseline for c in combos}
+    allowed: set[str] = set()
+    for c in combos:
+        levels = [s for s in by_id.values() if s.family_id == by_id[c].family_id and s.sweep == by_id[c].sweep]
+        allowed |= {s.id for s in levels}
+        bases = {by_id[b].family_id for s in levels if (b := s.baseline) in by_id}
+        allowed |= {s.id for s in by_id.values() if s.family_id in bases}
     listed = {c[1] for c in x["cells"]}
     if not listed <= allowed:
-        return (f"cells: {sorted(listed - allowed)[0]!r} is neither a confirmed combination nor the baseline one "
-                "pairs with")
+        return (f"cells: {sorted(listed - allowed)[0]!r} is neither a confirmed combination (at a level of its "
+                "entry) nor a baseline one pairs with")
     if not set(combos) <= listed:
         return "cells: a confirmed combination is not measured in its confirmation round"
     return None
@@ -154,21 +160,21 @@ def record_problem(meta: RunMeta, rec: dict[str, Any], seen: dict[str, dict[str,
 
 def _retake_problem(meta: RunMeta, rec: dict[str, Any], first: dict[str, Any] | None,
                     retaken: set[str]) -> str | None:
-    if first is None or first.get("retake_of") is not None:
+    if first is None:
         return f"retake_of {rec['retake_of']!r} names no measurement recorded before it"
     if any(first[k] != rec[k] for k in ("host", "strategy", "task", "prompt", "round")):
         return (f"retake_of {rec['retake_of']!r} names a measurement of another cell, prompt or round; a retake "
                 "measures the same again")
-    if first.get("status") != "ok" or not (first.get("interference") or {}).get("disturbed"):
-        return f"retake_of {rec['retake_of']!r} names a measurement that was not disturbed"
+    if first.get("status") == "ok" and not (first.get("interference") or {}).get("disturbed"):
+        return (f"retake_of {rec['retake_of']!r} names a measurement that counts (ok, not disturbed): a retake "
+                "measures again only one that other work disturbed or that failed")
     if rec["measurement_id"] != f"{rec['retake_of']}/retake":
         return f"measurement id {rec['measurement_id']!r}, expected {rec['retake_of'] + '/retake'!r}"
     if rec["retake_of"] in retaken:
         return f"{rec['retake_of']!r} is retaken twice"
+    if meta.plan.retake_cap is None:
+        return "a retake in a run that planned none (run.json plan.retake_cap)"
     retaken.add(rec["retake_of"])
-    cap = meta.plan.retake_cap or 0
-    if len(retaken) > cap:
-        return f"more than the run's cap of {cap} retakes (plan.retake_cap)"
     return None
 
 

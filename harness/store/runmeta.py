@@ -67,6 +67,9 @@ class PlanMeta:
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
     #: Confirmation rounds after a sweep (0: none).
     confirm_rounds: int = 0
+    #: Before each timed request, wait at most this long for other work on the host to fall below the disturbance
+    #: threshold (None: no wait; harness/run/interference.py).
+    quiet_wait_s: float | None = None
 
     def confirm_from(self) -> int | None:
         """The first confirmation round, None when none was added."""
@@ -142,7 +145,8 @@ class RunMeta:
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", []),
-                          confirm_rounds=obj["plan"].get("confirm_rounds", 0)),
+                          confirm_rounds=obj["plan"].get("confirm_rounds", 0),
+                          quiet_wait_s=obj["plan"].get("quiet_wait_s")),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
 
