@@ -128,7 +128,7 @@ def _many_cells(meta: dict, recs: list[dict]) -> None:
     (_level_changed, "strategy 'baseline[parallel=4]' is measured at 1"),
     (_slots_changed, "its server ran 4 slot(s), but strategy 'ngram-mod' is measured at 1"),
     (_duplicate, "appears twice"),
-    (_confirm_other, "'ngram-mod' is neither a confirmed combination nor the baseline one pairs with"),
+    (_confirm_other, "'ngram-mod' is neither a confirmed combination (at a level of its entry) nor a baseline"),
     (_many_cells, "plan.extra_rounds: 200,000 cells; a run measures at most 100,000 times in all"),
 ])
 def test_a_forged_run_folder_that_does_not_fit_its_plan_is_one_line(sandbox, edit, expected):
