@@ -38,15 +38,22 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
-def _int(flag: str, value, minimum: int | None = None) -> int | None:
+def _int(flag: str, value, minimum: int | None = None, maximum: int | None = None) -> int | None:
+    """A count from the command line or invoke.yaml: digits (ASCII, an optional sign) or an int, nothing else
+    (1.0, 1e3, true or '٣' is one line, before any engine or host is reached)."""
     if value is None:
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise KitError(f"{flag}: expected a whole number, got {value!r}") from None
+    text = str(value).strip() if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif text is not None and re.fullmatch(r"[+-]?[0-9]{1,18}", text):
+        number = int(text)
+    else:
+        raise KitError(f"{flag}: expected a whole number, got {console(repr(value), 80)}")
     if minimum is not None and number < minimum:
         raise KitError(f"{flag}: expected {minimum} or more, got {number}")
+    if maximum is not None and number > maximum:
+        raise KitError(f"{flag}: expected at most {maximum}, got {number}")
     return number
 
 
@@ -58,7 +65,16 @@ def _fraction(flag: str, value) -> float | None:
     try:
         return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
+        raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got "
+                       f"{console(repr(value), 80)}") from None
+
+
+def _until(value) -> float | None:
+    """--until: a relative half-width between 0 and 100% (not nan, not 0)."""
+    u = _fraction("--until", value)
+    if u is not None and not 0 < u < 1:
+        raise KitError(f"--until: expected a percentage between 0 and 100% such as 5%, got {console(repr(value), 80)}")
+    return u
 
 
 def _seconds(flag: str, value) -> float | None:
@@ -224,6 +240,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
+    jobs = _int("--jobs", jobs, minimum=1, maximum=1024)
     if backend is not None and backend not in backends.names():
         raise KitError(f"--backend: {backend!r} is not one of {backends.names()}")
     # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
@@ -243,7 +260,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
             rec = build.build(eng, trusted, backend=backend, force=force, prefer=source,
-                           jobs=int(jobs) if jobs else None, host=eng.name, offline_base=base == "offline")
+                              jobs=jobs, host=eng.name, offline_base=base == "offline")
             what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
             print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
             print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
@@ -318,19 +335,24 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     from harness.intake import trust
     from harness.run import runner
 
+    # every flag checked, then one load and one trust decision, before any engine or host is reached
     retakes = _int("--retakes", retakes, minimum=0)
+    runs = _int("--runs", runs, minimum=1) if runs is not None else \
+        None if resume else _int("specbench.runs (invoke.yaml or INVOKE_SPECBENCH_RUNS)", _cfg(c, "runs"), minimum=1)
+    seed = _int("--seed", seed, minimum=0, maximum=2**63 - 1)
+    until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
     wait = _seconds("--quiet-wait", quiet_wait)
-    # one load and one trust decision, before any engine is reached; the run is handed both
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
-    runs = runs or (None if resume else _cfg(c, "runs"))  # a resume keeps its runs unless told
+    if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
+        raise KitError(f"--max-rounds {max_rounds} is fewer than the {runs or trusted.manifest.runs} planned runs")
 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
             trusted, results_dir=Path(results or _cfg(c, "results", "results")),
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
-            strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
-            reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
-            engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
+            strategies=_split(strategy), tasks=_split(task_id), runs=runs,
+            reuse_server=reuse_server, seed=seed, progress=not no_progress,
+            engines=engines, until=until_f, max_rounds=max_rounds,
             aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait)
     print(out)
 
@@ -403,7 +425,8 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
 
 @task(auto_shortflags=False, help={
     "source": "a bundle (.tar.gz) or a manifest",
-    "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
+    "workdir": "folder for the new run, RESULTS.md and compare.json (default: reproduce/); the bundle is unpacked "
+               "into a new folder there (bundle, else bundle-2, ...), never into one that exists",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
     "trust_source": TRUST_HELP,
@@ -420,11 +443,10 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     from harness.analysis import compare as cmp
     from harness.share.reproduce import reproduce as reproduce_here
 
-    m = _margin(margin)
+    m, max_rounds = _margin(margin), _int("--max-rounds", max_rounds, minimum=1)
     res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
                          progress=not no_progress, trust_source=trust_source, margin=m,
-                         until=until, max_rounds=_int("--max-rounds", max_rounds),
-                         cell_margin=_cell_margin(cell_margin, m))
+                         until=until, max_rounds=max_rounds, cell_margin=_cell_margin(cell_margin, m))
     if res.get("comparison"):
         print(console_lines(cmp.text(res["comparison"])))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
@@ -471,6 +493,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     from harness.intake import manifest as mf
     from harness.run import bandwidth
 
+    size = _int("--size-mib", size_mib, minimum=1, maximum=1 << 16)
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
@@ -479,7 +502,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = bandwidth.probe_host(eng, m, rec, int(size_mib) if size_mib else None)
+            res = bandwidth.probe_host(eng, m, rec, size)
             on = f" on {res['device']}" if res.get("device") else ""
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}{on}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")

@@ -130,6 +130,7 @@ class Comparison:
     reproduction: rp.Reproduction
     rows: list[rp.Row]
     host_b: dict[str, str]  # A's host label -> B's
+    torn_last_line: tuple[str, ...] = ()  # "A" / "B": whose measurements.jsonl ends in a line cut short
 
     @property
     def blocking(self) -> list[str]:
@@ -199,7 +200,7 @@ class Comparison:
                 "cell_margin": rep.cell_margin, "estimator": rep.method, "family": rep.family,
                 "smallest_margin": rep.smallest_margin, "cell_smallest_margin": rep.cell_smallest_margin,
                 "rounds_needed": rep.rounds_needed, "cell_rounds_needed": rep.cell_rounds_needed,
-                "unresolved": len(rep.unresolved),
+                "unresolved": len(rep.unresolved), "torn_last_line": list(self.torn_last_line),
                 "worst": None if worst is None else {"host": worst.host, "strategy": worst.strategy,
                                                      "task": worst.task, "ratio": worst.ratio,
                                                      "ratio_interval": _interval(worst.interval)}}
@@ -222,7 +223,8 @@ def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN, cell_margin: floa
     rows = sorted(rep.rows, key=lambda r: tuple(at[f].get(getattr(r, f), len(at[f]))
                                                 for f in ("host", "strategy", "task")))  # A's plan order
     return Comparison(RunRef(ma.run_id, str(dir_a), ma.plan.hosts), RunRef(mb.run_id, str(dir_b), mb.plan.hosts),
-                      diffs, rep, rows, dict(pairs))
+                      diffs, rep, rows, dict(pairs),
+                      tuple(x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line))
 
 
 def _sp(x: float | None, iv: inf.Interval | None) -> str:
@@ -258,6 +260,8 @@ def text(result: Comparison, fmt: str = "simple") -> str:
                          + ("" if d.blocking else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
+    lines += [f"{x}: the last line of measurements.jsonl was cut short (a crash mid-write): that measurement is not "
+              "counted" for x in result.torn_last_line]
     lines += ["", table(result, fmt), "", rule(result), "", f"verdict: {c(result.verdict, 1000)}"]
     return "\n".join(lines)
 

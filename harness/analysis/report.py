@@ -16,7 +16,7 @@ from tabulate import tabulate
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
 from harness.analysis import compare as cmp
-from harness.analysis import explanation, stats, tuning_report
+from harness.analysis import explanation, plotting, stats, tuning, tuning_report
 from harness.analysis import explanation_report as why_report
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
@@ -88,6 +88,16 @@ def _flags(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _unconfirmed(meta: RunMeta) -> str:
+    """What the header says of a finished run whose plan has confirmation rounds after a sweep but lists none
+    (no paired round to choose from, or a run.json that lost them): its sweep figures are not confirmed."""
+    if meta.status != "complete" or not meta.plan.confirm_rounds or meta.plan.confirm_from() is not None \
+            or not tuning.swept(meta):
+        return ""
+    return (f"**{meta.plan.confirm_rounds} confirmation round(s) planned after the sweep, none listed in run.json**: "
+            "every sweep figure below is the sweep's own, unconfirmed (the best of several reads high)")
+
+
 def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     b = meta.build
     plan = b["plan"]
@@ -124,6 +134,9 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
                      + _confirmation_note(summary)),
         ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
     ]
+    unconfirmed = _unconfirmed(meta)
+    if unconfirmed:
+        rows.insert(2, ("plan", unconfirmed))
     qw = summary.get("quiet_wait")
     if qw:
         rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
@@ -524,13 +537,8 @@ def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
     cols = v.columns(speculative_only=True)
     if not cols:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     # Names come from the run folder: shown as plain text, never as mathtext ($...$) or LaTeX.
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         return _draw(plt, v, cols, summary, path)
 
 
@@ -547,11 +555,12 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
         hi = [max(0.0, (iv.get("high") or y) - y) for y, iv in zip(ys, ivs, strict=True)]
         xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
-               label=fm.visible(f"{h}: {s}" if v.several_hosts else s, 100))
+               label=plotting.label(f"{h}: {s}" if v.several_hosts else s))
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(tasks)), [fm.visible(t, 60) for t in tasks], rotation=30, ha="right", parse_math=False)
+    ax.set_xticks(range(len(tasks)), [plotting.label(t, 60) for t in tasks], rotation=30, ha="right",
+                  parse_math=False)
     ax.set_ylabel("speedup vs baseline (95% interval)")
-    ax.set_title(f"{fm.visible(summary['manifest']['name'], 100)}: paired decode speedup per task", parse_math=False)
+    ax.set_title(f"{plotting.label(summary['manifest']['name'])}: paired decode speedup per task", parse_math=False)
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
     fig.tight_layout()

@@ -293,13 +293,16 @@ def winner(overall: Selection | None, conf: Confirmation | None) -> tuple[str | 
 def analyse(family: str, host: str, ratios: Ratios, tasks: Sequence[str], confirm_from: int | None,
             figures: Figures, confirm_figures: Figures | None = None, confirmed: Sequence[str] = ()) -> SweepResult:
     """A sweep's honest winner: selections from the sweep's rounds by `figures` (the selection rounds' speedup
-    table), the confirmation of the combinations the run chose to confirm (`confirmed`, best first; else the
-    sweep's best two) by `confirm_figures` (the confirmation rounds' table), and the winner where the best two
-    are distinguishable."""
+    table), the confirmation of the combinations the run chose to confirm (`confirmed`, ranked by the selection
+    figures; else the sweep's best two) by `confirm_figures` (the confirmation rounds' table), and the winner where
+    the best two are distinguishable."""
     sweep_r, confirm_r = split_rounds(ratios, confirm_from)
     overall = select(sweep_r, figures)
     per_task = tuple(s for s in (select(sweep_r, figures, t) for t in tasks) if s is not None)
-    top = list(confirmed) or ([overall.best] + [c.combination for c in overall.candidates[1:2]] if overall else [])
+    # the confirmed two are ordered by the sweep's own figures (the ones its table prints), never by the order a
+    # run.json lists them in
+    ranked = [c.combination for c in overall.candidates] if overall else [c for c, _ in rank(sweep_r)]
+    top = [c for c in ranked if c in confirmed][:2] if confirmed else ranked[:2]
     conf = confirm(confirm_r, confirm_figures or {}, top[0], top[1] if len(top) > 1 else None) \
         if top and confirm_r else None
     name, by = winner(overall, conf)

@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import plotting
 from harness.files import atomic_write_bytes
 
 
@@ -189,21 +190,17 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
     overall = res["overall"]
     if overall is None:
         return None
-    import matplotlib
     import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     figs = {c["combination"]: c["figure"] for c in overall["candidates"]}
     values = {c: dict(v) for c, v in res.get("values", {}).items()}
     first = next(iter(next(iter(values.values()))), None) if values else None
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
         xs_all = list(dict.fromkeys(v.get(first) for v in values.values()))
         lines: dict[str, list[str]] = {}
         for c, v in values.items():
-            rest = ", ".join(f"{k.lstrip('-')}={x}" for k, x in v.items() if k != first) or "sweep"
+            rest = plotting.label(", ".join(f"{k.lstrip('-')}={x}" for k, x in v.items() if k != first) or "sweep")
             lines.setdefault(rest, []).append(c)
         for rest, combos in lines.items():
             pts = [(xs_all.index(values[c].get(first)), figs[c]) for c in combos if figs.get(c, {}).get("estimate")]
@@ -224,16 +221,16 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
                     shown.append(est)
                     err = [[max(0.0, est - (f["low"] or est))], [max(0.0, (f["high"] or est) - est)]]
                     ax.errorbar([x + dx], [est], yerr=err, marker=marker, markersize=11, color="black",
-                                capsize=3, linestyle="none", label=f"confirmed: {c}")
+                                capsize=3, linestyle="none", label=f"confirmed: {plotting.label(c)}")
         ax.set_yscale("log")  # speedups are ratios; an interval of a few rounds is wide upward
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_ylim(min(shown + [1.0]) / 2, max(shown + [1.0]) * 2)  # estimates in view, wild intervals cut
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(xs_all)), [str(x) for x in xs_all])
-        ax.set_xlabel(str(first), parse_math=False)
+        ax.set_xticks(range(len(xs_all)), [plotting.label(x, 40) for x in xs_all], parse_math=False)
+        ax.set_xlabel(plotting.label(first), parse_math=False)
         ax.set_ylabel("speedup vs baseline (95% interval)")
-        ax.set_title(f"sweep {res['family']} ({res['host']})", parse_math=False)
+        ax.set_title(f"sweep {plotting.label(res['family'])} ({plotting.label(res['host'])})", parse_math=False)
         for text in ax.legend(fontsize=7).get_texts():
             text.set_parse_math(False)
         return _save(plt, fig, path)
@@ -243,12 +240,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
     """Aggregate tok/s against per-stream time per token, a line per strategy through its levels (N marked)."""
     if not part["curves"]:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=100)
         top = 0.0
         for family, pts in part["curves"].items():
@@ -259,7 +251,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
             ys = [p["aggregate_tok_s"]["estimate"] for p in pts]
             lo = [max(0.0, y - (p["aggregate_tok_s"]["low"] or y)) for y, p in zip(ys, pts, strict=True)]
             hi = [max(0.0, (p["aggregate_tok_s"]["high"] or y) - y) for y, p in zip(ys, pts, strict=True)]
-            label = pts[0]["strategy"] if len(pts) == 1 else family
+            label = plotting.label(pts[0]["strategy"] if len(pts) == 1 else family)
             line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
             top = max(top, *ys)
             for x, y, p in zip(xs, ys, pts, strict=True):
@@ -268,7 +260,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
         ax.set_ylim(0, top * 1.6 or 1)  # estimates in view, wild intervals cut
         ax.set_xlabel("per-stream latency: ms per output token")
         ax.set_ylabel("aggregate tok/s (95% interval)")
-        ax.set_title(f"serving: throughput against latency ({part['host']})", parse_math=False)
+        ax.set_title(f"serving: throughput against latency ({plotting.label(part['host'])})", parse_math=False)
         for text in ax.legend(fontsize=7).get_texts():
             text.set_parse_math(False)
         return _save(plt, fig, path)

@@ -131,6 +131,10 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     meta = None
     changes: dict[str, Any] = {}
     _check_flags(until, retakes, quiet_wait)
+    for flag, value, least in (("--runs", runs, 1), ("--seed", seed, 0), ("--max-rounds", max_rounds, 1),
+                               ("--retakes", retakes, 0)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise KitError(f"{flag}: expected a whole number of at least {least}, got {value!r}")
     if resume:
         rd, meta, changes = _resume(results_dir, resume, manifest, runs, retakes, quiet_wait)
         reuse_server = meta.protocol == "reuse-server"
@@ -140,8 +144,10 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         record = meta.build
     engines = engines or [LocalEngine()]
+    adding = until is not None or extend is not None  # rounds after the planned ones count against the cap too
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes)
+                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes,
+                     max_rounds=(max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])

@@ -50,14 +50,19 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
         cmd += ["-md", f"{MODELS_MOUNT}/{strategy.draft}/{model_paths[strategy.draft].name}"]
     cmd += ["--spec-type", strategy.spec_type]
     common = flags.canonical(manifest.server_args)
+    own = flags.canonical(strategy.args)
     if strategy.parallel > 1:
-        # The strategy's slot count replaces the manifest's --parallel; llama-server splits -c among the slots,
+        # The strategy's slot count replaces any --parallel given; llama-server splits -c among the slots,
         # so each of N clients keeps the context a single-stream server gives it: -c times N.
         common = flags.remove(common, ("--parallel", "-np")) + ["--parallel", str(strategy.parallel)]
+        own = flags.remove(own, ("--parallel", "-np"))
         at = [i + 1 for i in range(len(common) - 1) if common[i] in ("-c", "--ctx-size")]
         if at and common[at[-1]].isdigit() and int(common[at[-1]]) > 0:  # the last -c is the one read
             common[at[-1]] = str(int(common[at[-1]]) * strategy.parallel)
-    cmd += common + flags.canonical(strategy.args)
+    else:
+        # one client, one slot: a --parallel the manifest gives for other entries says 1 here
+        common = ["1" if i and common[i - 1] in ("--parallel", "-np") else a for i, a in enumerate(common)]
+    cmd += common + own
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
     return cmd
 

@@ -6,11 +6,11 @@ build source other than the official one is refused unless the user passes --tru
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import KitError
 from harness.analysis import compare as cmp
 from harness.analysis import report
 from harness.analysis import reproduction as rp
@@ -44,10 +44,7 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     original = None
     plan = None
     if str(source).endswith((".tar.gz", ".tgz", ".tar")):
-        dest = workdir / "bundle"
-        if dest.exists():
-            shutil.rmtree(dest)
-        manifest_path, original = open_bundle(source, dest)
+        manifest_path, original = open_bundle(source, fresh_folder(workdir, "bundle"))
         plan = RunDir.open(original).read_meta().plan
         log(f"reproduce: bundle of run {console(original.parent.name, 200)} verified; manifest "
             f"{console(manifest_path.name, 200)}")
@@ -77,6 +74,17 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     else:
         report.write([new], workdir / "RESULTS.md")
     return result
+
+
+def fresh_folder(parent: Path, name: str) -> Path:
+    """A name for a folder that does not exist yet under `parent`: `name`, else `name-2`, `name-3`, ... (the folder
+    is made by whoever unpacks into it, so nothing that was there, the user's or an earlier run's, is reused or
+    removed)."""
+    for i in range(1, 10_000):
+        p = parent / (name if i == 1 else f"{name}-{i}")
+        if not p.exists() and not p.is_symlink():
+            return p
+    raise KitError(f"{parent}: holds {name} to {name}-9999 already; choose another --workdir")
 
 
 def decided(original: Path, margin: float, cell_margin: float | None = None) -> runner.Extender:

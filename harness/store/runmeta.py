@@ -15,6 +15,10 @@ from harness import KitError, schema
 from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
 
+#: A run makes at most this many measurements, planned rounds, rounds --until adds and confirmation rounds
+#: together (a run of a few seconds per measurement would take weeks); a run folder that lists more is refused.
+MAX_MEASUREMENTS = 100_000
+
 
 @dataclass(frozen=True)
 class StrategyMeta(spec_types.StrategyFields):
