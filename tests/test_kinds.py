@@ -214,7 +214,8 @@ def test_a_new_backend_builds_its_plan_and_reaches_its_devices(one_row_each, tmp
     assert json.loads(capsys.readouterr().out)["tag"] == p["tag"]
     # its containers get the host's render nodes and the variable that picks a device, no shader cache
     acc = devices.access_from_nodes(HIP, [("/dev/dri/renderD128", 105), ("/dev/kfd", 105)]).with_visible(0)
-    assert container_options(acc) == {"devices": ["/dev/dri:/dev/dri:rwm", "/dev/kfd:/dev/kfd:rwm"],
+    assert container_options(acc) == {"devices": ["/dev/dri/renderD128:/dev/dri/renderD128:rwm",
+                                                  "/dev/kfd:/dev/kfd:rwm"],
                                       "group_add": ["105"], "environment": {"HIP_VISIBLE_DEVICES": "0"}}
     m = mf.load(path)
     paths = {k: tmp_path / f"{k}.gguf" for k in m.models}

@@ -257,7 +257,7 @@ def test_compare_carries_the_distribution_verdicts_over(world, models_dir, tmp_p
     b = tmp_path / "b"
     shutil.copytree(a, b)
     same = compare(a, b)
-    assert same["distribution"]["changed"] == 0 and "none changed" in text(same)
+    assert same.distribution["changed"] == 0 and "none changed" in text(same)
     # B's control drawn like its baseline: the verdict that changed is named, and the headline says so
     lines = (b / "samples.jsonl").read_text().splitlines()
     ref = {json.loads(x)["batch_id"].split("/")[-1]: json.loads(x) for x in lines
@@ -270,9 +270,9 @@ def test_compare_carries_the_distribution_verdicts_over(world, models_dir, tmp_p
         forged.append(json.dumps(rec))
     (b / "samples.jsonl").write_text("\n".join(forged) + "\n")
     changed = compare(a, b)
-    assert changed["distribution"]["changed"] >= 1
+    assert changed.distribution["changed"] >= 1
     assert "changed: baseline@control / en-prose: A differs -> B no difference detected" in text(changed)
-    assert "distribution verdict" in changed["verdict"]
+    assert "distribution verdict" in changed.verdict
 
 
 def test_a_bundle_of_a_study_drawn_alone_carries_its_samples(world, models_dir, tmp_path):

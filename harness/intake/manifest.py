@@ -14,7 +14,7 @@ from typing import Any
 
 from harness import KitError, schema
 from harness.files import display_path, file_sha256
-from harness.intake import flags, spec_types
+from harness.intake import cmake_flags, flags, spec_types
 from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
 from harness.intake.model_paths import model_location
@@ -384,10 +384,14 @@ class _Builder:
     def build(self, text: str, check_files: bool) -> Manifest:
         raw = self.raw
         hw = raw["hardware"]
-        models = self.models()
-        strategies = self.strategies(models)
         server_args = tuple(raw.get("server_args", ()))
         self.check_flags("server_args", server_args)
+        slots = expansion.slots(server_args)  # the level of every entry that gives no `parallel`
+        if slots is not None and not (slots.isascii() and slots.isdigit() and 1 <= int(slots) <= expansion.MAX_SLOTS):
+            raise self.fail("server_args", f"--parallel {slots!r}: expected a whole number of slots from 1 to "
+                            f"{expansion.MAX_SLOTS}")
+        models = self.models()
+        strategies = self.strategies(models)
         sp = raw.get("sampling", {})
         timeouts = raw.get("timeouts", {})
         tasks = self.tasks(check_files)
@@ -434,6 +438,10 @@ class _Builder:
 
     def build_config(self) -> BuildConfig:
         b = self.raw["build"]
+        for i, arg in enumerate(b.get("cmake_args", ())):
+            problem = cmake_flags.refusal(arg)
+            if problem:
+                raise self.fail(f"build.cmake_args[{i}]", problem)
         return BuildConfig(backend=b["backend"], cuda_architectures=b.get("cuda_architectures", "121"),
                            cmake_args=tuple(b.get("cmake_args", ())), base_image=b.get("base_image"),
                            runtime_image=b.get("runtime_image"))

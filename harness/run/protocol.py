@@ -26,6 +26,8 @@ from harness.schema import FORMAT_VERSIONS
 Emit = Callable[[dict[str, Any]], None]
 #: Log lines read after a request for the server's own statistics (printed at its end).
 SERVER_LOG_LINES = 200
+#: How long to wait for the acceptance line of a request whose draft calls are already in the log.
+STATS_WAIT_S = 5.0
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Context:
     on_warning: Callable[[Engine, dict[str, str]], None]
     #: What each host's containers get (harness/hosts/devices.py); a host missing here gets none.
     access: dict[str, Access] = field(default_factory=dict)
+    #: Wait at most this long before each timed request for a quiet host (0: no wait; harness/run/interference.py).
+    quiet_wait_s: float = 0.0
 
     def access_on(self, engine: Engine) -> Access:
         """The devices a container of this run gets on the engine's host."""
@@ -68,22 +72,41 @@ def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
 
 def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
     """The timed request against a ready server, its figures into the record (with the interference other work
-    caused during it); a failure says whether the server died, with its log tail."""
+    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    if ctx.quiet_wait_s > 0:
+        rec.setdefault("quiet", {})["wait"] = interference.wait_quiet(engine, server.container, ctx.quiet_wait_s)
     try:
         rec.update(run_request(ctx.manifest, t, server.endpoint, p.text(), with_probs=not s.speculative
                                and s.parallel == 1, parallel=s.parallel,
                                window=lambda: interference.around(engine, server.container)))
     except MeasurementFailed as e:
+        if e.interference:
+            rec["interference"] = e.interference  # a failure while other work ran may be the host's: retaken
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
-def server_statistics(server: Server) -> dict[str, Any]:
+def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, Any]:
     """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
-    statistics and the speculative implementations it added with their parameters."""
-    parsed = serverlog.parse(server.log(tail=SERVER_LOG_LINES))
-    return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    statistics, the speculative implementations it added with their parameters, and each draft call's accepted
+    and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
+    # every draft call prints a line: at most one per token of each stream
+    tail = SERVER_LOG_LINES + 2 * item.cell.task.n_predict * item.cell.strategy.parallel
+    deadline = time.monotonic() + STATS_WAIT_S
+    while True:
+        parsed = serverlog.parse(server.log(tail=tail))
+        # the server logs from a thread of its own: a request's last lines may follow its response
+        late = [t for t in parsed["calls"] if t not in seen and t not in parsed["task_accepted"]]
+        if not late or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    out = {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    calls = serverlog.draft_calls(parsed, seen)
+    seen.update(parsed["calls"], parsed["task_accepted"])
+    if calls is not None:
+        out["draft_calls"] = calls
+    return out
 
 
 def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
@@ -172,7 +195,7 @@ class FreshContainer:
                 t_done = time.monotonic()
                 rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
-                rec["server_log"] = server_statistics(server)
+                rec["server_log"] = server_statistics(server, item, set())
                 if backends.get(ctx.backend).gpu:
                     rec["device"] = device_use(ctx, server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
@@ -213,6 +236,7 @@ class ReuseServer:
         server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image,
                         ctx.access_on(engine), labels_for(ctx.run_id, strategy, None, None))
         emitted = 0
+        seen: set[int] = set()  # the server's tasks (requests) whose draft calls are already in a record
         try:
             with server:
                 used = device_use(ctx, server)
@@ -228,7 +252,7 @@ class ReuseServer:
                         rec["slots"] = server.slot_facts()
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
-                        rec["server_log"] = server_statistics(server)
+                        rec["server_log"] = server_statistics(server, item, seen)
                         if backends.get(ctx.backend).gpu:
                             rec["device"] = used
                     except MeasurementFailed as e:

@@ -15,6 +15,10 @@ from harness import KitError, schema
 from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
 
+#: A run makes at most this many measurements, planned rounds, rounds --until adds and confirmation rounds
+#: together (a run of a few seconds per measurement would take weeks); a run folder that lists more is refused.
+MAX_MEASUREMENTS = 100_000
+
 
 @dataclass(frozen=True)
 class StrategyMeta(spec_types.StrategyFields):
@@ -63,6 +67,9 @@ class PlanMeta:
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
     #: Confirmation rounds after a sweep (0: none).
     confirm_rounds: int = 0
+    #: Before each timed request, wait at most this long for other work on the host to fall below the disturbance
+    #: threshold (None: no wait; harness/run/interference.py).
+    quiet_wait_s: float | None = None
     #: The sampling study (harness/run/sampling.py `Study.as_meta`): settings and arms; None without one.
     distribution: dict[str, Any] | None = None
 
@@ -143,6 +150,7 @@ class RunMeta:
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", []),
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0),
+                          quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=obj["plan"].get("distribution")),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"))
