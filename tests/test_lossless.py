@@ -6,6 +6,7 @@ interrupted and resumed, reported and compared. The real server's answers are te
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -266,7 +267,8 @@ def test_compare_carries_the_distribution_verdicts_over(world, models_dir, tmp_p
     for x in lines:
         rec = json.loads(x)
         if rec["arm"] == "baseline@control":
-            rec["samples"] = ref[rec["batch_id"].split("/")[-1]]["samples"]
+            rec["samples"] = [{**r, "seed": x["seed"]} for x, r in  # the control's seeds, the reference's tokens
+                              zip(rec["samples"], ref[rec["batch_id"].split("/")[-1]]["samples"], strict=True)]
         forged.append(json.dumps(rec))
     (b / "samples.jsonl").write_text("\n".join(forged) + "\n")
     changed = compare(a, b)
@@ -293,6 +295,78 @@ def test_a_samples_line_of_an_arm_the_run_did_not_plan_is_refused(world, models_
     with rd.samples_file.open("a") as f:
         f.write(json.dumps(rec) + "\n")
     with pytest.raises(KitError, match=r"samples.jsonl: line 6: arm 'eagle3' is not one the run planned"):
+        rd.samples()
+
+
+def _forge(rec: dict, change: str) -> dict:
+    if change == "seeds":
+        rec["samples"][0]["seed"] += 1000
+    elif change == "round":
+        rec["round"] = 9
+    elif change == "id":
+        rec["batch_id"] = rec["batch_id"].rsplit("/", 1)[0] + "/2"
+    elif change == "temperature":
+        rec["temperature"] = 1.3
+    elif change == "tokens":
+        rec["samples"][0]["tokens"] = rec["samples"][0]["tokens"] * 3
+    elif change == "spec_type":
+        rec["spec_type"] = "ngram-cache"
+    return rec
+
+
+@pytest.mark.parametrize("change, message", [
+    ("seeds", r"line 2: seeds \[1001, 2, 3\]\.\.\. \(10\), but round 1 of arm '[^']+' draws seeds 1 to 10"),
+    ("round", r"line 2: round 9 is not one the study planned \(rounds 1 to 1\)"),
+    ("id", r"line 2: batch id '[^']+/2', expected '[^']+/1' for its arm, prompt and round"),
+    ("temperature", r"line 2: temperature 1.3, but arm '[^']+' is sampled with (0.8|1.6)"),
+    ("tokens", r"line 2: samples\[0\]: 24 tokens, more than the 8 asked for"),
+    ("spec_type", r"line 2: strategy '[^']+' has spec type 'ngram-cache' here and '[^']+' in run.json"),
+    ("twice", r"line 6: batch id '[^']+' appears twice"),
+])
+def test_a_forged_batch_is_refused_in_one_line_before_any_figure(world, models_dir, change, message):
+    """A batch of samples.jsonl is checked against the study's plan as a record is against the run's: its id,
+    round, seeds, sampling settings and length are the ones the plan gives it, each batch recorded once."""
+    _run(world, models_dir, demo_with(world, STUDY), distribution=10)
+    rd = RunDir.open(world / "r" / "s")
+    lines = rd.samples_file.read_text().splitlines()
+    if change == "twice":
+        lines.append(lines[0])
+    else:
+        lines[1] = json.dumps(_forge(json.loads(lines[1]), change))
+    rd.samples_file.write_text("\n".join(lines) + "\n")
+    with pytest.raises(KitError, match="samples.jsonl: " + message) as e:
+        summarize(RunDir.open(rd.path))
+    assert "\n" not in str(e.value) and "this record is not of this run as planned" in str(e.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(requests=d["requests"] + 1), r"plan.distribution.requests: 151, but its arms, prompts, "
+                                                      r"samples and hosts make 150"),
+    (lambda d: d.update(samples=500, prompts=d["prompts"] * 50), r"plan.distribution: 125,000 requests; a run draws "
+                                                                 r"at most 100,000 samples"),
+    (lambda d: d["arms"][1].update(baseline="draft-simple"), r"plan.distribution.arms\[1\].baseline: "
+                                                             r"'draft-simple' is not a baseline arm"),
+    (lambda d: d["arms"][2].update(strategy="draft-simple"), r"plan.distribution.arms\[2\].strategy: a control "
+                                                             r"arm samples its baseline's server"),
+])
+def test_a_forged_study_plan_is_refused_in_one_line(world, models_dir, change, message):
+    """run.json's study is one the kit makes: its counts follow from its settings, bounded like the measurements,
+    and its arms compare with a baseline arm of the same server."""
+    _run(world, models_dir, demo_with(world, STUDY), distribution=30)
+    run = world / "r" / "s" / "run.json"
+    obj = json.loads(run.read_text())
+    change(obj["plan"]["distribution"])
+    run.write_text(json.dumps(obj))
+    with pytest.raises(KitError, match=r"run.json: " + message) as e:
+        RunDir.open(run.parent).read_meta()
+    assert "\n" not in str(e.value)
+
+
+def test_a_samples_file_larger_than_the_bound_is_refused_unread(world, models_dir):
+    _run(world, models_dir, demo_with(world, STUDY), distribution=10)
+    rd = RunDir.open(world / "r" / "s")
+    os.truncate(rd.samples_file, (1 << 30) + 1)  # sparse: nothing is written
+    with pytest.raises(KitError, match=r"samples.jsonl: larger than 1 GB"):
         rd.samples()
 
 

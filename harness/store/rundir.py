@@ -187,6 +187,8 @@ class RunDir:
             if wrong:
                 raise KitError(f"{self.samples_file}: line {n}: {wrong[0]} {wrong[1]!r} is not one the run planned "
                                f"(run.json: {', '.join(map(str, wrong[2]))[:300]}); this record is not of this run")
+        # batch ids, rounds, seeds and settings against the study's plan (harness/store/plan_check.py)
+        plan_check.check_samples(meta, zip(line_numbers, records, strict=True), str(self.samples_file))
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
