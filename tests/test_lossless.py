@@ -216,6 +216,8 @@ def test_a_study_drawn_alone_is_recorded_judged_and_reported(world, models_dir):
     md = (world / "R.md").read_text()
     assert "### Lossless in distribution at temperature 0.8" in md and "### Speedup" not in md
     assert "identical 30/30" in md and "| detected (p " in md and "the sampling study alone" in md
+    # no timed round was planned: nothing for a resume to add, and neither the run nor the report suggests one
+    assert "### To complete this run" not in md and "have no verdict" not in out
     # identical samples, the same reference and relabellings: the strategies' rows are the A/A row's
     assert rows["draft-simple"]["tests"] == rows["ngram-mod"]["tests"] == rows["baseline"]["tests"]
 
