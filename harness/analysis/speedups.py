@@ -124,10 +124,18 @@ class SpeedupTable:
 def table(index: CellIndex, baselines: Mapping[str, str | None], band: float = EQUIVALENCE_BAND) -> SpeedupTable:
     """The speedups of every cell that has a baseline, judged as one family; the geometric means as another."""
     keys = [k for k in index.keys if baselines.get(k.strategy)]
-    logs = {k: paired_logs(index, k, baselines[k.strategy]) for k in keys}
+    return table_of({k: paired_logs(index, k, baselines[k.strategy]) for k in keys}, baselines, index.hosts, band)
+
+
+def table_of(logs: Mapping[CellKey, dict[int, float]], baselines: Mapping[str, str | None], hosts: Sequence[str],
+             band: float = EQUIVALENCE_BAND) -> SpeedupTable:
+    """A table of paired log ratios per cell and round (what `table` pairs, or any other paired comparison such as
+    one build against another): each cell's estimate moderated toward its host's cells, the cells judged as one
+    family, the geometric means over tasks as another."""
+    keys = list(logs)
     ests: dict[CellKey, inf.Estimate | None] = {}
     priors: dict[str, inf.Prior] = {}
-    for host in index.hosts:
+    for host in hosts:
         hk = [k for k in keys if k.host == host]
         found, priors[host] = inf.estimates([inf.locate(list(logs[k].values())) for k in hk])
         ests.update(zip(hk, found, strict=True))
