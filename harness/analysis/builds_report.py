@@ -9,6 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.intake.builds import across
 
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 
@@ -35,6 +36,16 @@ def by_build(summary: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]
 def later_builds(summary: dict[str, Any]) -> set[str]:
     """The builds after the first (drawn hatched beside the first's bars)."""
     return {b["name"] for b in (summary.get("builds") or {}).get("builds", [])[1:]}
+
+
+def colours(summary: dict[str, Any], cols: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """A run of several builds: each plotted (host, strategy) coloured by its entry across builds, so a strategy's
+    bars on each build share a colour; empty for a run of one build (the plot's own colour cycle)."""
+    if not summary.get("builds"):
+        return {}
+    build = {s["id"]: s.get("build") for s in summary["strategies"]}
+    entries = list(dict.fromkeys((h, across(s, build.get(s))) for h, s in cols))
+    return {(h, s): f"C{entries.index((h, across(s, build.get(s)))) % 10}" for h, s in cols}
 
 
 def heading(summary: dict[str, Any], name: str | None, short: bool = False) -> list[str]:

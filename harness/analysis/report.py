@@ -475,7 +475,8 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
     tasks = summary["tasks"]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks) + 2), 3.6), dpi=100)
     width = 0.8 / max(1, len(cols))
-    later = builds_report.later_builds(summary)  # a run of several builds: the first's bars plain, the others hatched
+    # a run of several builds: one colour per strategy across builds, the first build's bars plain, later hatched
+    later, colour = builds_report.later_builds(summary), builds_report.colours(summary, cols)
     for i, (h, s) in enumerate(cols):
         cells = [v.cell(h, s, t) or {} for t in tasks]
         ys = [c.get("speedup") or 0.0 for c in cells]
@@ -484,7 +485,7 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
         hi = [max(0.0, (iv.get("high") or y) - y) for y, iv in zip(ys, ivs, strict=True)]
         xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
-               hatch="//" if v.kinds[s].get("build") in later else None,
+               hatch="//" if v.kinds[s].get("build") in later else None, color=colour.get((h, s), f"C{i % 10}"),
                label=fm.visible(f"{h}: {s}" if v.several_hosts else s, 100))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(tasks)), [fm.visible(t, 60) for t in tasks], rotation=30, ha="right", parse_math=False)
