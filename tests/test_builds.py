@@ -262,6 +262,7 @@ def test_each_strategy_runs_on_its_builds_image_and_the_report_judges_b_against_
     assert output["sentence"].startswith("build old changes the greedy output")
     base_row = next(r for r in output["rows"] if r["strategy"] == "baseline")
     assert base_row["outputs_identical"] == 0 and {c["first_divergent_token"] for c in base_row["changed"]} != {None}
+    assert all("baseline[build=new]'s top-2 margin" in c["sentence"] for c in base_row["changed"])  # A's margin there
     # the determinism check compares each strategy with its own build's baseline
     det = {(c["strategy"], c["task"]): c["checks"].get("determinism") for c in s["cells"]}
     assert det[("ngram-mod[build=old]", "json-out")]["data"]["baseline"] == "baseline[build=old]"

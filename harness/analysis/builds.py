@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.analysis import checks, words
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
-from harness.analysis import words
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.intake.builds import across
 from harness.store.runmeta import RunMeta, StrategyMeta
@@ -123,12 +123,13 @@ def _first_ok(ms: list[Measurement], prompt: str) -> list[Measurement]:
     return [m for m in ms if m.ok and m.prompt == prompt]
 
 
-def _divergence(a: Measurement, b: Measurement) -> int | None:
-    """The first token at which two outputs differ (None when the records keep no tokens)."""
-    ta, tb = (a.raw.get("output") or {}).get("tokens"), (b.raw.get("output") or {}).get("tokens")
-    if not isinstance(ta, list) or not isinstance(tb, list):
-        return None
-    return next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+def _divergence(a: Measurement, b: Measurement) -> dict[str, Any]:
+    """Where B's output leaves A's: the first divergent token and, where A's record has its top-2 probabilities
+    (a baseline's), A's margin there and its rank among the narrowest (harness/analysis/checks.py)."""
+    v = checks.determinism(a.raw["output"], b.raw["output"], a.raw.get("probs"))
+    d = v.data
+    return {"first_divergent_token": d.get("first_divergent_token"), "margin": d.get("margin"),
+            "margin_rank": d.get("margin_rank"), "sentence": v.sentence.replace("baseline top-2 margin", f"{a.strategy}'s top-2 margin")}
 
 
 def outputs(index: CellIndex, hosts: list[str], ps: list[tuple[str, StrategyMeta, StrategyMeta]],
@@ -152,8 +153,7 @@ def outputs(index: CellIndex, hosts: list[str], ps: list[tuple[str, StrategyMeta
                     row["drafts_identical"] += {(m.drafted, m.accepted) for m in oa} == \
                         {(m.drafted, m.accepted) for m in ob}
                     if not same:
-                        row["changed"].append({"task": t, "prompt": prompt,
-                                               "first_divergent_token": _divergence(oa[0], ob[0]),
+                        row["changed"].append({"task": t, "prompt": prompt, **_divergence(oa[0], ob[0]),
                                                "tokens": (ob[0].raw.get("output") or {}).get("n_tokens")})
             rows.append(row)
     greedy = [r for r in rows if not r["speculative"] and r["prompts"]]

@@ -117,10 +117,8 @@ def _outputs(out: dict[str, Any], several_hosts: bool) -> list[str]:
         who = fm.md(f"{r['host']}: {r['strategy']}" if several_hosts else r["strategy"])
         head = f"- {who}: output identical on {r['outputs_identical']} of {r['prompts']} prompts, draft counts on " \
                f"{r['drafts_identical']} of {r['prompts']}"
-        changed = [f"{fm.md(c['task'])}/{fm.md(c['prompt'])}" + (f" from token {c['first_divergent_token']}"
-                                                                   if c["first_divergent_token"] is not None else "")
-                   for c in r["changed"][:12]]
-        lines.append(head + (f"; changed: {', '.join(changed)}" + (" ..." if len(r["changed"]) > 12 else "")
+        changed = [f"{fm.md(c['task'])}/{fm.md(c['prompt'])} ({fm.md(c['sentence'])})" for c in r["changed"][:12]]
+        lines.append(head + (f"; changed: {'; '.join(changed)}" + (" ..." if len(r["changed"]) > 12 else "")
                              if changed else ""))
     return lines
 
