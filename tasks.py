@@ -38,15 +38,22 @@ def _split(values) -> list[str] | None:
     return out or None
 
 
-def _int(flag: str, value, minimum: int | None = None) -> int | None:
+def _int(flag: str, value, minimum: int | None = None, maximum: int | None = None) -> int | None:
+    """A count from the command line or invoke.yaml: digits (ASCII, an optional sign) or an int, nothing else
+    (1.0, 1e3, true or '٣' is one line, before any engine or host is reached)."""
     if value is None:
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise KitError(f"{flag}: expected a whole number, got {value!r}") from None
+    text = str(value).strip() if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif text is not None and re.fullmatch(r"[+-]?[0-9]{1,18}", text):
+        number = int(text)
+    else:
+        raise KitError(f"{flag}: expected a whole number, got {console(repr(value), 80)}")
     if minimum is not None and number < minimum:
         raise KitError(f"{flag}: expected {minimum} or more, got {number}")
+    if maximum is not None and number > maximum:
+        raise KitError(f"{flag}: expected at most {maximum}, got {number}")
     return number
 
 
@@ -58,16 +65,51 @@ def _fraction(flag: str, value) -> float | None:
     try:
         return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got {value!r}") from None
+        raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got "
+                       f"{console(repr(value), 80)}") from None
 
-MARGIN_HELP = ("how far B/A of a speedup may be from 1 and still reproduce, e.g. 5% or 0.15 (default 5%); a cell "
-               "differs when its 95% interval lies wholly outside it")
+
+def _until(value) -> float | None:
+    """--until: a relative half-width between 0 and 100% (not nan, not 0)."""
+    u = _fraction("--until", value)
+    if u is not None and not 0 < u < 1:
+        raise KitError(f"--until: expected a percentage between 0 and 100% such as 5%, got {console(repr(value), 80)}")
+    return u
+
+
+def _seconds(flag: str, value) -> float | None:
+    """'30s', '2m', '45' (seconds) -> seconds."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m)?\s*", str(value))
+    if not m:
+        raise KitError(f"{flag}: expected a duration such as 30s or 2m, got {value!r}")
+    return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+
+
+MARGIN_HELP = ("how far B/A of a strategy's geometric-mean speedup may be from 1 and still reproduce, e.g. 5% or "
+               "0.15 (default 5%); it differs when its 95% interval lies wholly outside it")
 
 
 def _margin(value) -> float:
     m = _fraction("--margin", value)
     if m is None or not 0 < m < 1:
         raise KitError(f"--margin: expected a percentage between 0 and 100% such as 5% or 15%, got {value!r}")
+    return m
+
+
+CELL_MARGIN_HELP = ("how far B/A of one cell's speedup may be from 1 and still reproduce, e.g. 30% (default: twice "
+                    "--margin); the verdict reproduces only when every cell does")
+
+
+def _cell_margin(value, margin: float) -> float | None:
+    """--cell-margin: None (twice the margin) when not given; never narrower than the margin."""
+    if value is None:
+        return None
+    m = _fraction("--cell-margin", value)
+    if m is None or not margin <= m < 10:
+        raise KitError(f"--cell-margin: expected a percentage from --margin ({margin:.0%}) up to 1000% such as 30%, "
+                       f"got {value!r}")
     return m
 
 
@@ -172,11 +214,11 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
     from harness.intake import trust
-    from harness.models import ensure as md
+    from harness.models.ensure import ensure
 
     m = mf.load(_manifest_path(c, manifest))
     trust.decide(m, trust_source, only="models.")  # the task's one decision, before any index is contacted
-    paths = md.ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
+    paths = ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)
     from harness.files import file_sha256
 
     for key, p in paths.items():
@@ -202,14 +244,15 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     """Build the llama.cpp image of each build the manifest names (reused when nothing changed)."""
     import json
 
-    from harness.image import builds, recipe
+    from harness.image import backends, builds, recipe
     from harness.intake import manifest as mf
     from harness.intake import trust
 
     if base not in ("registry", "offline"):
         raise KitError(f"--base: {base!r} is not one of ['registry', 'offline']")
-    if backend is not None and backend not in ("cpu", "cuda", "vulkan"):
-        raise KitError(f"--backend: {backend!r} is not one of ['cpu', 'cuda', 'vulkan']")
+    jobs = _int("--jobs", jobs, minimum=1, maximum=1024)
+    if backend is not None and backend not in backends.names():
+        raise KitError(f"--backend: {backend!r} is not one of {backends.names()}")
     # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     names = builds.chosen(trusted.manifest, build)
@@ -221,7 +264,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
             m = trusted.manifest.for_build(name)
             tree = describe_source(m, prefer=source)
             made = None
-            if (backend or m.build.backend) == "cuda" and not m.build.base_image:
+            if backends.get(backend or m.build.backend).debian is None and not m.build.base_image:
                 from harness.image import cuda_base
 
                 made = cuda_base.planned(offline=base == "offline")
@@ -232,8 +275,7 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
             for name, rec in builds.build_each(eng, trusted, build, backend=backend, force=force, prefer=source,
-                                               jobs=int(jobs) if jobs else None, host=eng.name,
-                                               offline_base=base == "offline"):
+                                               jobs=jobs, host=eng.name, offline_base=base == "offline"):
                 what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
                 print(f"{eng.name}: {f'build {name}: ' if name else ''}image {rec['tag']} ({rec['image_id'][:19]}, "
                       f"{what})")
@@ -265,13 +307,17 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 
 @task(auto_shortflags=False, iterable=["strategy", "task_id", "host"], help={
     "manifest": "manifest YAML (default: the CPU demo)",
-    "resume": "run id (or run folder) of an interrupted run to continue; finished measurements are skipped",
+    "resume": "run id (or run folder) of a run to continue: an interrupted one's measurements are made, and in any "
+              "run what still does not count (disturbed, or failed while other work ran or where its cell "
+              "succeeded) is retaken within the cap; finished measurements are skipped. With it, --runs adds rounds, "
+              "--retakes sets a new cap, --quiet-wait a new wait",
     "run_id": "name the new run folder (default: <manifest name>-<UTC time>)",
     "strategy": "only these strategies (repeat or comma-separate): an id (a combination in full: "
                 "'ngram-simple[size-n=3,size-m=16]'), a sweep's id for all its combinations, '<id>[*]' for every "
                 "combination and concurrency level of a manifest entry",
     "task_id": "only these tasks (repeat or comma-separate)",
-    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs)",
+    "runs": "runs per cell (default: invoke.yaml's specbench.runs if set, else the manifest's runs); with --resume, "
+            "more runs than the run planned add rounds (where no round follows its planned ones)",
     "no_build": "fail instead of building the image when no engine holds one of this build",
     "reuse_server": "the NAIVE protocol on purpose: one server per strategy, caches carry over (labelled so)",
     "seed": "shuffle seed for the round order (default: random, recorded)",
@@ -283,8 +329,14 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "max_rounds": "round cap for --until (default 20); cells still wider are named",
     "aa_control": "measure each baseline twice per round and report the second as a strategy (an A/A control: "
                   "how much drift survives the pairing by rounds)",
-    "retakes": "at most this many measurements that other work disturbed are measured again, each at the end of "
-               "its round (default: the manifest's retakes, else 10% of the planned measurements; 0: none)",
+    "retakes": "at most this many measurements are measured again in the run (default: the manifest's retakes, else "
+               "10% of the planned measurements; 0: none), each at the end of its round: those other work disturbed "
+               "or that failed while other work ran or where their cell succeeded, chosen by the pairs they restore "
+               "(a disturbed baseline first: it pairs with every strategy on its task and prompt); with --resume, "
+               "the run's new cap, the retakes already made counting against it",
+    "quiet_wait": "before each timed request, wait at most this long (e.g. 30s, 2m) until other work on the host uses "
+                  "less than a quarter of a core (looked at in half-second windows with the server ready), so fewer "
+                  "measurements are disturbed; each record keeps its wait, RESULTS.md states the bound",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -292,26 +344,32 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None):
+        retakes=None, quiet_wait=None):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
     host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
     from harness.intake import trust
     from harness.run import runner
 
+    # every flag checked, then one load and one trust decision, before any engine or host is reached
     retakes = _int("--retakes", retakes, minimum=0)
-    # one load and one trust decision, before any engine is reached; the run is handed both
+    runs = _int("--runs", runs, minimum=1) if runs is not None else \
+        None if resume else _int("specbench.runs (invoke.yaml or INVOKE_SPECBENCH_RUNS)", _cfg(c, "runs"), minimum=1)
+    seed = _int("--seed", seed, minimum=0, maximum=2**63 - 1)
+    until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
+    wait = _seconds("--quiet-wait", quiet_wait)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
-    runs = runs or _cfg(c, "runs")
+    if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
+        raise KitError(f"--max-rounds {max_rounds} is fewer than the {runs or trusted.manifest.runs} planned runs")
 
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         out = runner.run(
             trusted, results_dir=Path(results or _cfg(c, "results", "results")),
             models_dir=Path(models_dir or _cfg(c, "models", "models")), resume=resume, run_id=run_id,
-            strategies=_split(strategy), tasks=_split(task_id), runs=int(runs) if runs else None,
-            reuse_server=reuse_server, seed=int(seed) if seed is not None else None, progress=not no_progress,
-            engines=engines, until=_fraction("--until", until), max_rounds=_int("--max-rounds", max_rounds),
-            aa_control=aa_control, build_missing=not no_build, retakes=retakes)
+            strategies=_split(strategy), tasks=_split(task_id), runs=runs,
+            reuse_server=reuse_server, seed=seed, progress=not no_progress,
+            engines=engines, until=until_f, max_rounds=max_rounds,
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait)
     print(out)
 
 
@@ -323,10 +381,10 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 @kit_errors
 def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
-    from harness.analysis import report as rp
+    from harness.analysis import report
 
-    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
-    written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
+    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [report.latest_run(Path(_cfg(c, "results", "results")))]
+    written = report.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
 
@@ -338,12 +396,12 @@ def report(c, run_dir=None, out=None, no_plot=False):
 def sensitivity(c, run_dir=None):
     """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
-    from harness.analysis import report as rp
+    from harness.analysis import report
     from harness.analysis.summary import summarize
     from harness.store.rundir import RunDir
 
-    d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
-    table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
+    d = Path(run_dir) if run_dir else report.latest_run(Path(_cfg(c, "results", "results")))
+    table = report.sensitivity_table(summarize(RunDir.open(d)), "simple")
     if not table:
         raise KitError(f"{d}: no perturbation task in this run (a task with `perturbation: true` and several "
                        "prompts)")
@@ -383,25 +441,28 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
 
 @task(auto_shortflags=False, help={
     "source": "a bundle (.tar.gz) or a manifest",
-    "workdir": "folder for the unpacked bundle, the new run, RESULTS.md and compare.json (default: reproduce/)",
+    "workdir": "folder for the new run, RESULTS.md and compare.json (default: reproduce/); the bundle is unpacked "
+               "into a new folder there (bundle, else bundle-2, ...), never into one that exists",
     "models_dir": "folder of the model files (default: invoke.yaml's specbench.models)",
     "no_progress": "plain log lines instead of a progress bar",
     "trust_source": TRUST_HELP,
     "margin": MARGIN_HELP,
-    "until": "add rounds here, for the cells still inconclusive, until the comparison says reproduces or differs "
+    "cell_margin": CELL_MARGIN_HELP,
+    "until": "add rounds here, for the cells still unresolved, until the comparison says reproduces or differs "
              "(or --max-rounds)",
     "max_rounds": "round cap for --until (default 20)",
 })
 @kit_errors
 def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False, margin="5%",
-              until=False, max_rounds=None):
+              until=False, max_rounds=None, cell_margin=None):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
     from harness.analysis import compare as cmp
     from harness.share.reproduce import reproduce as reproduce_here
 
+    m, max_rounds = _margin(margin), _int("--max-rounds", max_rounds, minimum=1)
     res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
-                         progress=not no_progress, trust_source=trust_source, margin=_margin(margin),
-                         until=until, max_rounds=_int("--max-rounds", max_rounds))
+                         progress=not no_progress, trust_source=trust_source, margin=m,
+                         until=until, max_rounds=max_rounds, cell_margin=_cell_margin(cell_margin, m))
     if res.get("comparison"):
         print(console_lines(cmp.text(res["comparison"])))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
@@ -412,14 +473,15 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     "b": "run folder or bundle B",
     "out": "also write RESULTS.md for B with the comparison section here (default: print only)",
     "margin": MARGIN_HELP,
+    "cell_margin": CELL_MARGIN_HELP,
 })
 @kit_errors
-def compare(c, a, b, out=None, margin="5%"):
+def compare(c, a, b, out=None, margin="5%", cell_margin=None):
     """Two runs judged per cell on the B/A ratio of their speedups: reproduces / differs / inconclusive."""
     import tempfile
 
     from harness.analysis import compare as cmp
-    from harness.analysis import report as rp
+    from harness.analysis import report
     from harness.share import bundle as bu
 
     with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
@@ -427,10 +489,11 @@ def compare(c, a, b, out=None, margin="5%"):
         for i, x in enumerate((a, b)):
             p = Path(x)
             dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
-        res = cmp.compare(dirs[0], dirs[1], _margin(margin))
+        m = _margin(margin)
+        res = cmp.compare(dirs[0], dirs[1], m, _cell_margin(cell_margin, m))
         print(console_lines(cmp.text(res)))
         if out:
-            rp.write([dirs[1]], Path(out), plot=False, comparison=res)
+            report.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")
 
 
@@ -444,8 +507,9 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
     """Measure each host's memory bandwidth in the image; later runs' physics checks use it, not the spec sheet."""
     from harness.image import images
     from harness.intake import manifest as mf
-    from harness.run import bandwidth as pb
+    from harness.run import bandwidth
 
+    size = _int("--size-mib", size_mib, minimum=1, maximum=1 << 16)
     m = mf.load(_manifest_path(c, manifest))
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
@@ -454,7 +518,7 @@ def probe(c, manifest=None, size_mib=None, host=None, ssh_key=None, known_hosts=
                 flag = "" if eng.name == "local" else f" --host {eng.name}"
                 raise KitError(f"no image of manifest {m.name}'s build on {eng.name}; run `invoke build{flag}` "
                                "first")
-            res = pb.probe_host(eng, m, rec, int(size_mib) if size_mib else None)
+            res = bandwidth.probe_host(eng, m, rec, size)
             on = f" on {res['device']}" if res.get("device") else ""
             print(f"{eng.name}: {res['gbs']:,.1f} GB/s ({res['kind']}{on}); the manifest says "
                   f"{m.hardware.memory_bandwidth_gbs:g} GB/s ({m.hardware.bandwidth_source})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
@@ -38,6 +39,22 @@ def pct(fraction: float | None, nd: int = 0) -> str:
 def ratio(x: float | None, nd: int = 2) -> str:
     """1.234 -> '1.23x'."""
     return DASH if x is None else f"{x:.{nd}f}x"
+
+
+def sig(x: float | None, digits: int = 3) -> str:
+    """A factor to `digits` significant digits, so that factors multiply back to their product as printed:
+    0.09512 -> '0.0951', 4.2667 -> '4.27', 13.277 -> '13.3'."""
+    if x is None:
+        return DASH
+    if x == 0:
+        return "0"
+    nd = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    return f"{x:,.{nd}f}"
+
+
+def points(diff: float | None, nd: int = 1) -> str:
+    """A difference of two shares in percentage points: 0.16 -> '+16.0 pts'."""
+    return DASH if diff is None else f"{diff * 100:+.{nd}f} pts"
 
 
 def interval(lo: float | None, hi: float | None, nd: int = 2) -> str:

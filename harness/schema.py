@@ -61,7 +61,9 @@ def _is_number(checker: Any, x: Any) -> bool:
 
 
 def _is_integer(checker: Any, x: Any) -> bool:
-    return _number_in_bounds(x) and (isinstance(x, int) or x.is_integer())
+    """A whole number written as one: 4.0 where a count belongs is refused (it would reach range() or a format
+    string as a float), and so is a bool (JSON's true is not 1)."""
+    return isinstance(x, int) and _number_in_bounds(x)
 
 
 @functools.lru_cache(maxsize=512)

@@ -6,9 +6,11 @@ Each server container is a FakeLlamaServer (tests/fakeserver.py) on loopback tha
 committed demo run (results/demo-cpu/measurements.jsonl): its output text and tokens, the server's timings and its
 client-side decode rate, `pace` times faster than recorded so that a run of dozens of measurements takes seconds.
 The host is scripted as well: every read of /proc/stat advances the clock by one second of two CPUs, busy as
-`disturbed` says, so the kit's own interference code marks a measurement disturbed or not; nothing of this machine
-is read but the model files. `on_start` is called before each server container starts: a test raises
-KeyboardInterrupt or ConnectionError there, or sends SIGTERM, to stop the run or lose the engine at that point."""
+`disturbed` says of the running containers, or as `busy` says of the engine (a busy period: the first so many reads
+or server starts), so the kit's own interference code marks a measurement disturbed or not, and its quiet wait sees
+the host busy or quiet; nothing of this machine is read but the model files. `on_start` is called before each
+server container starts: a test raises KeyboardInterrupt or ConnectionError there, or sends SIGTERM, to stop the run
+or lose the engine at that point."""
 
 from __future__ import annotations
 
@@ -95,7 +97,8 @@ class FakeEngine(Engine):
                  recorded: dict[tuple[str, str, int], dict[str, Any]] | None = None, pace: float = 40.0,
                  speed: Callable[[dict[str, str]], float] | None = None, disturbed: Disturbed | None = None,
                  on_start: OnStart | None = None, exits: Callable[[dict[str, str]], bool] | None = None,
-                 mode: str = "ok"):
+                 mode: str = "ok", busy: Callable[[FakeEngine], bool] | None = None,
+                 request_fails: Disturbed | None = None):
         super().__init__(None)
         self.name = name
         self.held = {i.id: i for i in images or []}
@@ -103,6 +106,11 @@ class FakeEngine(Engine):
         self.pace = pace
         self.speed = speed
         self.disturbed = disturbed
+        self.busy = busy
+        #: (labels, attempt) -> the server of that container answers the timed request with an HTTP error
+        self.request_fails = request_fails
+        #: /proc/stat reads so far: the scripted host's clock, in seconds
+        self.reads = 0
         self.on_start = on_start
         self.exits = exits
         self.mode = mode
@@ -166,7 +174,8 @@ class FakeEngine(Engine):
     def _serve(self, rec: dict[str, Any], labels: dict[str, str], ctr: FakeContainer) -> FakeLlamaServer:
         out = rec["output"]
         tok_s = self.speed(labels) if self.speed is not None else rec["client"]["decode_tok_s"] * self.pace
-        server = FakeLlamaServer(list(out["tokens"]), mode=self.mode, text=out["text"],
+        fails = self.request_fails is not None and self.request_fails(labels, ctr.attempt)
+        server = FakeLlamaServer(list(out["tokens"]), mode="http-error" if fails else self.mode, text=out["text"],
                                  decode_s=(len(out["tokens"]) - 1) / tok_s,
                                  timings={**{k: v for k, v in rec["server"].items() if v is not None},
                                           "predicted_n": len(out["tokens"])})
@@ -282,6 +291,8 @@ class FakeEngine(Engine):
             with self._lock:
                 running = [c for c in self.containers if c.status == "running" and c.server is not None]
                 busy = self.disturbed is not None and any(self.disturbed(c.labels, c.attempt) for c in running)
+                busy = busy or (self.busy is not None and self.busy(self))
+                self.reads += 1
                 self._ticks += TICKS
                 self._busy += BUSY if busy else QUIET_BUSY
                 idle = self._ticks - self._busy
@@ -327,8 +338,10 @@ def fake(name: str = "local", **kwargs: Any) -> FakeEngine:
 
 def run_demo(world: Path, models_dir: Path, engines: list[FakeEngine], lines: list[str] | None = None,
              run_id: str = "fake", **kwargs: Any) -> str:
-    """`invoke run` of the demo's CELLS, 2 runs each, on these engines, into world/r/<run_id>."""
-    kwargs = {"strategies": STRATEGIES, "tasks": TASKS, "runs": 2, "seed": 1, **kwargs}
+    """`invoke run` of the demo's CELLS, 2 runs each, on these engines, into world/r/<run_id> (a resume keeps the
+    run's runs unless told)."""
+    kwargs = {"strategies": STRATEGIES, "tasks": TASKS, **({} if kwargs.get("resume") else {"runs": 2}), "seed": 1,
+              **kwargs}
     return runner.run(trusted(DEMO), results_dir=world / "r", models_dir=models_dir, run_id=run_id,
                       progress=False, log=(lines if lines is not None else []).append, engines=engines, **kwargs)
 

@@ -13,6 +13,7 @@ import pytest
 from harness import ROOT, KitError, schema
 from harness.analysis import compare as cmp
 from harness.analysis import report as rp
+from harness.analysis.reproduction import Call, Match
 from harness.analysis.summary import summarize
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -57,6 +58,27 @@ def test_summary_of_committed_demo_is_schema_valid_and_complete():
     assert {c["strategy"] for c in s["cells"]} == set(meta.plan.strategies)
     speculative = [c for c in s["cells"] if meta.strategy(c["strategy"]).speculative]
     assert speculative and all(c["speedup"] is not None for c in speculative)
+
+
+def test_every_check_says_that_it_ran_also_when_it_finds_nothing(tmp_path):
+    """The committed demo flags no contamination: its report still says what the check compared (cells, draft
+    counts and outputs), and so do determinism, physics and interference; the naive run's line says what fired."""
+    dirs = _copy_runs(tmp_path)
+    demo = next(d for d in dirs if d.name == "demo-cpu")
+    naive = next(d for d in dirs if d.name == "real-gemma3-270m-naive")
+    rp.write([demo, naive], tmp_path / "R.md", plot=False)
+    text = (tmp_path / "R.md").read_text(encoding="utf-8")
+    s = summarize(RunDir.open(demo))
+    assert [x["check"] for x in s["checks_ran"]] == ["contamination", "determinism", "physics", "interference"]
+    assert not any(c["checks"]["contamination"]["flagged"] for c in s["cells"])
+    cells = len(s["cells"])
+    line = (f"- contamination: {cells} cells checked over {sum(c['runs_ok'] for c in s['cells'])} runs in fresh "
+            f"containers: draft counts and outputs compared run over run, identical in {cells} of {cells}")
+    assert line in text and "nothing flagged" in text.split(line)[1].splitlines()[0]
+    assert "- determinism: outputs of 10 speculative strategies compared byte by byte" in text
+    assert "- physics: 96 cells' tok/s held against the memory-bandwidth roofline" in text and "none above it" in text
+    assert "- interference: other work on the host measured during 288 timed requests: 1 disturbed" in text
+    assert "- contamination: the naive protocol (one server per strategy): all 4 cells flagged" in text
 
 
 def test_run_json_round_trips_through_the_typed_reader(tmp_path):
@@ -123,16 +145,23 @@ def _fake_meta_pair(tmp_path):
 def test_compare_of_a_run_with_itself_has_identical_fingerprints_and_no_difference(tmp_path):
     a, b = _fake_meta_pair(tmp_path)
     res = cmp.compare(a, b)
-    assert res["comparable"] and res["differences"] == []
-    judged = [r for r in res["rows"] if r["verdict"] not in ("n/a", "missing")]
-    assert judged and all(r["verdict"] in ("reproduces", "inconclusive") for r in judged)
-    assert all(r["fingerprint"] == "identical" for r in res["rows"])
-    assert all(r["ratio"] == pytest.approx(1.0) for r in judged)
-    assert "differs" not in res["counts"] and res["call"] in ("reproduces", "inconclusive")
+    assert isinstance(res, cmp.Comparison) and res.comparable and res.differences == []
+    judged = [r for r in res.rows if r.call not in (Call.BASELINE, Call.MISSING)]
+    assert judged and all(r.call in (Call.REPRODUCES, Call.INCONCLUSIVE) for r in judged)
+    assert all(r.fingerprint is Match.IDENTICAL for r in res.rows)
+    assert all(r.ratio == pytest.approx(1.0) for r in judged)
+    assert "differs" not in res.counts() and res.call in (Call.REPRODUCES, Call.INCONCLUSIVE)
     # Three rounds a side are too few for ±5%: the verdict says what they could confirm instead.
-    assert res["call"] == "inconclusive" and "these rounds could confirm" in res["verdict"]
+    assert res.call is Call.INCONCLUSIVE and "these rounds could confirm" in res.verdict
     text = cmp.text(res)
     assert "never judged" in text and "judged as one family" in text and "geomean" in text
+    assert "within ±10% (the cell margin)" in text and "one estimator" in text
+    # compare.json: the same judgement as plain data
+    d = json.loads(json.dumps(res.as_dict()))
+    assert d["call"] == "inconclusive" and d["verdict"] == res.verdict and d["cell_margin"] == pytest.approx(0.1)
+    assert len(d["rows"]) == len(res.rows) and d["unresolved"] == len(res.reproduction.unresolved) > 0
+    assert d["worst"]["strategy"] == res.reproduction.worst.strategy
+    assert {r["verdict"] for r in d["rows"]} <= {"n/a", "reproduces", "inconclusive"}
 
 
 def test_compare_names_blocking_differences_by_field(tmp_path):
@@ -143,10 +172,11 @@ def test_compare_names_blocking_differences_by_field(tmp_path):
     obj["environment"]["local"]["cpu_model"] = "Other CPU"
     (b / "run.json").write_text(json.dumps(obj))
     res = cmp.compare(a, b)
-    fields = {d["field"]: d["blocking"] for d in res["differences"]}
+    fields = {d.field: d.blocking for d in res.differences}
     assert fields == {"model target sha256": True, "hardware": False}
-    assert not res["comparable"] and res["verdict"].startswith("not comparable")
-    assert {r["verdict"] for r in res["rows"]} <= {"not comparable", "n/a"}
+    assert not res.comparable and res.call is Call.NOT_COMPARABLE and res.verdict.startswith("not comparable")
+    assert {res.row_call(r) for r in res.rows} <= {Call.NOT_COMPARABLE, Call.BASELINE}
+    assert {r["verdict"] for r in res.as_dict()["rows"]} <= {"not comparable", "n/a"}
 
 
 def test_compare_on_other_hardware_judges_speedups_not_tok_s(tmp_path):
@@ -160,10 +190,25 @@ def test_compare_on_other_hardware_judges_speedups_not_tok_s(tmp_path):
         lines.append(json.dumps(r))
     (b / "measurements.jsonl").write_text("\n".join(lines) + "\n")
     res = cmp.compare(a, b)
-    judged = [r for r in res["rows"] if r["verdict"] not in ("n/a", "missing")]
-    assert all(r["ratio"] == pytest.approx(1.0) and r["tok_s_ratio"] == pytest.approx(2.0, rel=1e-3)
-               for r in judged)
-    assert "differs" not in res["counts"]
+    judged = [r for r in res.rows if r.call not in (Call.BASELINE, Call.MISSING)]
+    assert all(r.ratio == pytest.approx(1.0) and r.tok_s_ratio == pytest.approx(2.0, rel=1e-3) for r in judged)
+    assert "differs" not in res.counts()
+
+
+def test_compare_cell_margin_decides_which_cells_reproduce(tmp_path):
+    """The committed demo against itself at ±15%: its noisiest cells' B/A intervals reach past the default ±30%,
+    so only the geometric means reproduce and the worst cell is named; a cell margin wider than every cell's
+    interval lets the verdict reproduce (save the cells that have no interval)."""
+    a, b = _fake_meta_pair(tmp_path)
+    res = cmp.compare(a, b, 0.15)
+    assert res.call is Call.GEOMEANS_REPRODUCE and res.cell_margin == pytest.approx(0.30)
+    worst = res.reproduction.worst
+    assert worst.reach is not None and worst.reach > 0.30
+    assert res.verdict.startswith(f"geometric means reproduce; {len(res.reproduction.unresolved)} cells "
+                                  f"unresolved (worst {worst.strategy} / {worst.task} B/A 1.00x")
+    wide = cmp.compare(a, b, 0.15, 10.0)
+    assert [r.task for r in wide.reproduction.unresolved if r.reach is not None] == []
+    assert all(r.est is None for r in wide.reproduction.unresolved)  # the json-out cells: too few rounds
 
 
 def test_compare_pairs_every_host():

@@ -12,6 +12,7 @@ import yaml
 from harness import KitError
 from harness.hosts import devices
 from harness.hosts.engine import container_options
+from harness.image import backends
 from harness.intake import manifest as mf
 from harness.run import serverlog
 from tests.conftest import DEMO, write_manifest
@@ -60,20 +61,30 @@ def test_the_device_llama_cpp_is_told_to_use():
 
 
 def test_what_a_container_is_given():
-    cuda = devices.access_from_nodes("cuda", [])
+    cuda = devices.access_from_nodes(backends.get("cuda"), [])
     kw = container_options(cuda)
     assert kw["device_requests"][0]["Capabilities"] == [["gpu"]] and set(kw) == {"device_requests"}
-    assert container_options(devices.access_from_nodes("cpu", [("/dev/dri/renderD128", 105)])) == {}
-    nodes = [("/dev/dri/card0", 44), ("/dev/dri/renderD128", 105), ("/dev/kfd", 105)]
-    cache = {"volumes": {"specbench-mesa-shader-cache": {"bind": "/var/cache/specbench-mesa-shaders", "mode": "rw"}}}
+    assert container_options(devices.access_from_nodes(backends.get("cpu"), [("/dev/dri/renderD128", 105)])) == {}
+    # only the render nodes (and AMD's compute node) with their groups: not the display node card0, not /dev/dri
+    nodes = [("/dev/dri/card0", 44), ("/dev/dri/renderD128", 105), ("/dev/kfd", 105),
+             ("/dev/dri/by-path/pci-0000:c5:00.0-render", 105)]
+    image_id = "sha256:" + "ab" * 32
+    cache = {"volumes": {"specbench-mesa-shader-cache-abababababababab": {"bind": "/var/cache/specbench-mesa-shaders",
+                                                                         "mode": "rw"}}}
     shaders = {"MESA_SHADER_CACHE_DIR": "/var/cache/specbench-mesa-shaders"}
-    vk = devices.access_from_nodes("vulkan", nodes)
-    assert container_options(vk) == {"devices": ["/dev/dri:/dev/dri:rwm", "/dev/kfd:/dev/kfd:rwm"],
-                                     "group_add": ["44", "105"], "environment": shaders, **cache}
-    soft = devices.access_from_nodes("vulkan", []).with_visible(0)
+    vk = devices.access_from_nodes(backends.get("vulkan"), nodes, image_id)
+    assert container_options(vk) == {"devices": ["/dev/dri/renderD128:/dev/dri/renderD128:rwm",
+                                                 "/dev/kfd:/dev/kfd:rwm"],
+                                     "group_add": ["105"], "environment": shaders, **cache}
+    soft = devices.access_from_nodes(backends.get("vulkan"), [], image_id).with_visible(0)
     assert container_options(soft) == {"environment": {**shaders, "GGML_VK_VISIBLE_DEVICES": "0"}, **cache}
     assert "no device nodes" in soft.describe() and "GGML_VK_VISIBLE_DEVICES=0" in soft.describe()
     assert container_options(soft.with_visible(None)) == {"environment": shaders, **cache}
+    # the shader cache is the image's own: another image (another source, other flags) gets another volume
+    other = devices.access_from_nodes(backends.get("vulkan"), nodes, "sha256:" + "cd" * 32)
+    assert set(container_options(other)["volumes"]).isdisjoint(cache["volumes"])
+    # a container that only lists devices (no image id given) gets no shader cache at all
+    assert "volumes" not in container_options(devices.access_from_nodes(backends.get("vulkan"), nodes))
 
 
 def test_nvidia_smi_gpus_become_devices_with_the_same_line():

@@ -206,3 +206,80 @@ def test_a_crafted_parent_derives_within_its_size_or_is_one_line(tmp_path_factor
         assert gguf_facts.read_facts(out).block_count == keep
     leftovers = sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []
     assert leftovers in ([], ["d.gguf"])  # never a partial file
+
+
+# ---------------------------------------------------------------- run folders against their own plan
+
+#: The committed sweep run (a sweep with its confirmation rounds, concurrency levels): forged in its structure only,
+#: never in its figures, so a folder the kit accepts must give the honest folder's verdicts.
+SWEEP_RUN = DEMO_RUN.parent / "real-gemma3-270m-sweep"
+_SWEEP_META = json.loads((SWEEP_RUN / "run.json").read_text())
+_SWEEP_RECORDS = [json.loads(x) for x in (SWEEP_RUN / "measurements.jsonl").read_text().splitlines() if x.strip()]
+_HONEST: dict[str, object] = {}
+
+
+def _verdicts(summary: dict) -> dict:
+    cells = {(c["strategy"], c["task"]): (c["speedup"], c["speedup_interval"], c["verdict"]) for c in summary["cells"]}
+    return {"cells": cells, "sweeps": [s["confirmation"] for s in summary.get("sweeps", [])]}
+
+
+@st.composite
+def restructured_runs(draw):
+    """Edits a forger makes to a run's structure: records moved to other rounds or copied into new ones (ids
+    following or not), retakes that name other measurements, confirmation rounds moved, reordered, stripped of
+    their purpose or of cells, levels changed."""
+    meta, recs = copy.deepcopy(_SWEEP_META), copy.deepcopy(_SWEEP_RECORDS)
+    extra = meta["plan"]["extra_rounds"]
+    for _ in range(draw(st.integers(1, 3))):
+        what = draw(st.sampled_from(["move", "copy", "retake", "round", "reorder", "purpose", "drop-cell", "level",
+                                     "max-rounds", "streams"]))
+        i = draw(st.integers(0, len(recs) - 1))
+        rnd = draw(st.integers(0, 9))
+        fix_id = draw(st.booleans())
+        if what in ("move", "copy", "retake"):
+            rec = recs[i] if what == "move" else copy.deepcopy(recs[i])
+            rec["round"] = rec["run_index"] = rnd if what != "retake" else rec["round"]
+            if what == "retake":
+                rec["retake_of"] = recs[draw(st.integers(0, len(recs) - 1))]["measurement_id"]
+                rec["measurement_id"] = rec["retake_of"] + "/retake"
+            elif fix_id:
+                rec["measurement_id"] = rec["measurement_id"].rsplit("/", 1)[0] + f"/{rnd}"
+            if what != "move":
+                recs.append(rec)
+        elif what == "round" and extra:
+            extra[draw(st.integers(0, len(extra) - 1))]["round"] = rnd
+        elif what == "reorder" and extra:
+            for x in extra:
+                x["cells"].reverse()
+                x.get("combinations", []).reverse()
+        elif what == "purpose" and extra:
+            for x in extra:
+                x.pop("purpose", None)
+        elif what == "drop-cell" and extra:
+            x = extra[draw(st.integers(0, len(extra) - 1))]
+            x["cells"] = x["cells"][1:]
+        elif what == "level":
+            s = meta["strategies"][draw(st.integers(0, len(meta["strategies"]) - 1))]
+            s["parallel"] = draw(st.sampled_from([1, 2, 4]))
+        elif what == "max-rounds":
+            meta["plan"]["max_rounds"] = draw(st.sampled_from([None, 3, 6, 20]))
+        elif what == "streams" and recs[i].get("concurrency"):
+            recs[i]["concurrency"]["streams"] = draw(st.sampled_from([1, 2, 4, 8]))
+    return meta, recs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(forged=restructured_runs())
+def test_a_restructured_run_folder_is_refused_or_gives_the_honest_verdicts(tmp_path_factory, forged):
+    if not _HONEST:
+        _HONEST.update(_verdicts(summarize(RunDir.open(SWEEP_RUN))))
+    meta, recs = forged
+    run = _write_run(tmp_path_factory.mktemp("fuzzplan") / "forged", meta, [json.dumps(r) for r in recs])
+    try:
+        summary = summarize(RunDir.open(run))
+    except KitError as e:
+        _one_line_error(e)
+        assert "\n" not in str(e)
+        return
+    assert _verdicts(summary) == _HONEST

@@ -1,5 +1,5 @@
 """An image is found by what it is: the matching on labels, and the decision of how bases are made for an engine
-(pure functions; the engine-backed halves are in tests/test_firsthour.py)."""
+(pure functions; a run that builds a missing image at the end; bases made on a real engine: tests/test_bases.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.hosts.engine import LocalEngine
-from harness.image import bases, images, recipe
+from harness.image import backends, bases, images, recipe
 from harness.image import build as bd
 from harness.image import source as sources
 from harness.intake import manifest as mf
@@ -20,7 +20,7 @@ def _labels(m: mf.Manifest, prefer: str | None = None, arch: str = "amd64", meth
             backend: str | None = None) -> dict[str, str]:
     """The labels `invoke build` puts on the image of this manifest for an engine of `arch`."""
     b = backend or m.build.backend
-    made = bases.images_for(arch, method, b) if b in bases.BACKENDS else None
+    made = bases.images_for(arch, method, b) if backends.get(b).debian else None
     return recipe.build_plan(m, sources.describe_source(m, prefer), backend, made, arch).labels
 
 
@@ -120,7 +120,8 @@ def test_spark_plan_carries_the_architecture():
 
 
 def test_base_tags_name_architecture_and_method():
-    tags = {bases.tag_for(role, arch, method) for role in bases.PACKAGES for arch in ("amd64", "arm64")
+    roles = [b.role for r in backends.BACKENDS for b in r.debian or ()]
+    tags = {bases.tag_for(role, arch, method) for role in roles for arch in ("amd64", "arm64")
             for method in bases.METHODS}
     assert len(tags) == 4 * 2 * 2  # roles (cpu and vulkan builder, runtime) x architectures x methods
     assert bases.tag_for("builder", "arm64", "registry").startswith("specbench/base-builder:bookworm-arm64-registry-")

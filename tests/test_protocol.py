@@ -14,7 +14,7 @@ from harness.hosts.engine import container_options
 from harness.intake import manifest as mf
 from harness.run import plan as pl
 from harness.run.client import MeasurementFailed
-from harness.run.protocol import Context, new_record, set_failure
+from harness.run.protocol import PROTOCOLS, Context, MeasurementProtocol, new_record, set_failure
 from harness.run.server import server_command, server_spec
 from tests.conftest import DEMO, write_manifest
 
@@ -102,3 +102,12 @@ def test_plan_size_is_bounded():
     big = dataclasses.replace(DEMO_M, runs=1)
     with pytest.raises(KitError, match="at most 100,000"):
         pl.make_plan(big, [f"h{i}" for i in range(4000)], runs=1, shuffle_seed=1)
+
+
+def test_both_protocols_are_measurement_protocols():
+    """The executor needs of a protocol only its name, whether it retakes, and `run`: both have them, and only
+    the fresh container measures a disturbed measurement again (a warmed server would not measure it anew)."""
+    made = {name: cls() for name, cls in PROTOCOLS.items()}
+    assert set(made) == {"fresh-container", "reuse-server"}
+    assert all(isinstance(p, MeasurementProtocol) and p.name == name for name, p in made.items())
+    assert made["fresh-container"].retakes and not made["reuse-server"].retakes

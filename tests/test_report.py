@@ -36,7 +36,7 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
     judged = [c for c in summary["cells"] if c["baseline"] is not None and c["verdict"]["kind"] != "too few rounds"]
     assert judged and all(len(c["paired_rounds"]) >= 3 for c in judged)
     assert summary["family"]["cells"] == len(judged)
-    assert f"Marks are judged as one family: {len(judged)} cells" in text
+    assert f"is judged in one family: {len(judged)} cells and" in text
     assert "95% interval" in text and "### Interference" in text and "### Stability warnings" in text
     assert "one fresh container per measurement" in text
     assert "| of roofline " in text
@@ -48,6 +48,11 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
     assert "Acceptance is not comparable across drafter architectures" in text
     assert (demo_run / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plot.png)" in text
+    # why: every speculative cell's speedup decomposed, and acceptance by draft position beside the speedup plot
+    assert len(summary["decomposition"]) == sum(1 for c in summary["cells"] if c["spec_type"] != "none"
+                                                and c["speedup"] is not None)
+    assert "### Why: speedup = tokens per pass × pass rate" in text and "plot.png) ![acceptance by draft" in text
+    assert (demo_run / "positions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.image

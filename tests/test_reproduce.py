@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -15,12 +16,15 @@ import yaml
 
 from harness import ROOT, KitError
 from harness.analysis import compare as cmp
+from harness.analysis.records import CellKey
+from harness.analysis.reproduction import Call, Match
 from harness.intake import manifest as mf
 from harness.models import ensure as md
 from harness.models import generate
 from harness.run import runner
 from harness.share import bundle as bu
 from harness.share import reproduce
+from harness.store.rundir import RunDir
 from tests.conftest import DEMO, single_stream, trusted, write_manifest
 from tests.fakehub import FakeHub
 
@@ -89,18 +93,19 @@ def test_bundle_reproduce_compare(tmp_path, demo_image, models_dir):
     bob = tmp_path / "bob"
     res = reproduce.reproduce(archive, bob, models_dir=models_dir, progress=False, log=lambda s: None)
     c = res["comparison"]
-    assert c["comparable"] and not [d for d in c["differences"] if not d["field"].startswith("hardware")]
-    assert len(c["rows"]) == 4
+    assert c.comparable and not [d for d in c.differences if not d.field.startswith("hardware")]
+    assert len(c.rows) == 4
     # draft counts and outputs are deterministic in a fresh server: a true reproduction has the same fingerprint
-    assert all(r["fingerprint"] == "identical" for r in c["rows"]), c["rows"]
+    assert all(r.fingerprint is Match.IDENTICAL for r in c.rows), c.rows
     # judged on speedups (what transfers), never "differs" for the same setup on the same machine
-    judged = [r for r in c["rows"] if r["strategy"] == "ngram-mod"]
-    assert len(judged) == 2 and all(r["verdict"] in ("reproduces", "inconclusive") for r in judged), judged
-    assert all(r["tok_s_ratio"] and r["tok_s_ratio"] > 0 for r in c["rows"])
-    assert c["verdict"].split(":")[0] in ("reproduces", "inconclusive")
+    judged = [r for r in c.rows if r.strategy == "ngram-mod"]
+    assert len(judged) == 2 and all(r.call in (Call.REPRODUCES, Call.INCONCLUSIVE) for r in judged), judged
+    assert all(r.tok_s_ratio and r.tok_s_ratio > 0 for r in c.rows)
+    assert c.call in (Call.REPRODUCES, Call.GEOMEANS_REPRODUCE, Call.INCONCLUSIVE)
     text = (bob / "RESULTS.md").read_text()
     assert "## Comparison: alice (A) vs" in text and "speedup A" in text and "verdict:" in text
-    assert json.loads((bob / "compare.json").read_text())["a"]["run_id"] == "alice"
+    saved = json.loads((bob / "compare.json").read_text())
+    assert saved["a"]["run_id"] == "alice" and saved["call"] == c.call.value and saved["verdict"] == c.verdict
     out = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", str(archive), res["run"]],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -141,3 +146,33 @@ def test_tampering_is_detected(tmp_path, demo_image, models_dir):
                                                  + (run_dir / "measurements.jsonl").read_text())
     with pytest.raises(KitError, match="measurements.jsonl: line 1: .*is a required property"):
         cmp.compare(run_dir, run_dir)
+
+
+def test_reproduce_until_adds_rounds_to_the_unresolved_cells_until_the_verdict_is_decided(tmp_path):
+    """`invoke reproduce --until` reads the comparison's calls (not its words): a cell unresolved at the cell margin
+    runs again with its baseline while only the geometric means reproduce; a decided comparison stops."""
+    original = ROOT / "results" / "real-gemma3-270m-naive"
+    here = tmp_path / "here"
+    shutil.copytree(original, here)
+    rd = RunDir.open(here)
+    cells, said = reproduce.decided(original, 0.15)(rd, 3)
+    assert cells == [CellKey("local", "ngram-mod", "code-edit"), CellKey("local", "baseline", "code-edit")]
+    assert said.startswith("reproduce --until: still geometric means reproduce; 1 cell unresolved (worst ngram-mod "
+                           "/ code-edit B/A 1.00x"), said
+    assert reproduce.decided(original, 0.15, 1.0)(rd, 3) == (None, "reproduce --until: reproduces after 3 rounds here")
+
+
+def test_compare_takes_a_cell_margin_from_the_command_line():
+    naive = str(ROOT / "results" / "real-gemma3-270m-naive")
+
+    def compare(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", naive, naive, *flags],
+                              capture_output=True, text=True, timeout=120)
+
+    default = compare("--margin", "15%")
+    assert default.returncode == 0, default.stderr
+    assert "verdict: geometric means reproduce; 1 cell unresolved (worst ngram-mod / code-edit" in default.stdout
+    wide = compare("--margin", "15%", "--cell-margin", "60%")
+    assert wide.returncode == 0 and "verdict: reproduces: speedups 2 reproduce (B/A within ±60%)" in wide.stdout
+    bad = compare("--margin", "15%", "--cell-margin", "5%")
+    assert bad.returncode == 1 and "--cell-margin: expected a percentage from --margin (15%)" in bad.stderr + bad.stdout

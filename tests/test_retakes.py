@@ -33,7 +33,7 @@ def _id(cell: tuple[str, str, int]) -> str:
 def test_a_disturbed_measurement_is_measured_again_at_the_end_of_its_round(world, models_dir):
     lines: list[str] = []
     out = run_demo(world, models_dir, [fake(disturbed=disturb(JSON1))], lines)
-    assert f"{2 * CELLS} ok, 0 failed, 1 disturbed measurement(s) measured again" in out
+    assert f"{2 * CELLS} ok, 0 failed, 1 measured again" in out
     recs = sorted(records(world), key=lambda r: r["order"])
     first = next(r for r in recs if r["measurement_id"] == _id(JSON1))
     again = next(r for r in recs if r.get("retake_of") == _id(JSON1))
@@ -44,7 +44,8 @@ def test_a_disturbed_measurement_is_measured_again_at_the_end_of_its_round(world
     round2 = [r["order"] for r in recs if r["round"] == 2]
     assert max(round1) < again["order"] < min(round2)  # after its round, before the next
     assert sum("retake_of" in r for r in recs) == 1 and all(schema.errors("result", r) == [] for r in recs)
-    assert any("round 1: other work disturbed 1 measurement(s); measuring it again" in ln for ln in lines)
+    assert any("round 1: 1 measurement(s) do not count (1 disturbed by other work); measuring 1 again to restore 1 "
+               "pair(s)" in ln for ln in lines), lines
     assert RunDir.open(world / "r" / "fake").read_meta().plan.retake_cap == math.floor(0.1 * 2 * CELLS) == 1
 
 
@@ -57,7 +58,7 @@ def test_the_statistics_still_read_a_run_with_retakes(world, models_dir):
     assert s["measurements"]["retakes"] == 1
     assert "at most 1 in this run (both records kept, the retake marked)" in s["rules"]["interference"]
     rd = RunDir.open(world / "r" / "fake")
-    assert "1 disturbed measurement retaken)" in render_run(rd, s, world / "RESULTS.md", None)
+    assert "1 measurement retaken, restoring 1 pair)" in render_run(rd, s, world / "RESULTS.md", None)
 
 
 def test_the_retakes_of_a_round_come_in_an_order_shuffled_with_the_seed(world, models_dir):
@@ -80,7 +81,7 @@ def test_the_retakes_of_a_round_come_in_an_order_shuffled_with_the_seed(world, m
 def test_the_cap_bounds_the_retakes_of_the_whole_run_and_a_retake_is_not_retaken(world, models_dir):
     busy = disturb(JSON1, CODE1, SIMPLE2, ("baseline", "json-out", 2), every_attempt=True)
     out = run_demo(world, models_dir, [fake(disturbed=busy)], retakes=2)
-    assert "2 disturbed measurement(s) measured again" in out
+    assert "2 measured again" in out
     recs = records(world)
     retakes = [r for r in recs if "retake_of" in r]
     assert len(retakes) == 2 and all(r["interference"]["disturbed"] for r in retakes)  # disturbed again: kept
@@ -144,7 +145,7 @@ def test_resume_retakes_what_an_interruption_left_owed_before_the_next_round(wor
     recs = records(world)
     assert len(recs) == CELLS and not any("retake_of" in r for r in recs)  # round 1 done, its retake owed
     out = run_demo(world, models_dir, [fake(disturbed=disturb(JSON1))], resume="fake")
-    assert f"{CELLS} ok, 0 failed, {CELLS} already recorded, 1 disturbed measurement(s) measured again" in out
+    assert f"{CELLS} ok, 0 failed, {CELLS} already recorded, 1 measured again" in out
     recs = sorted(records(world), key=lambda r: r["order"])
     assert recs[CELLS].get("retake_of") == _id(JSON1) and all(r["round"] == 2 for r in recs[CELLS + 1:])
 
@@ -158,11 +159,20 @@ def test_resume_does_not_retake_twice_and_counts_earlier_retakes_against_the_cap
         run_demo(world, models_dir, [fake(disturbed=disturb(JSON1, SIMPLE2), on_start=stop_in_round_two)], retakes=1)
     assert [r["retake_of"] for r in records(world) if "retake_of" in r] == [_id(JSON1)]
     lines: list[str] = []
-    out = run_demo(world, models_dir, [fake(disturbed=disturb(SIMPLE2))], lines, resume="fake", retakes=5)
+    out = run_demo(world, models_dir, [fake(disturbed=disturb(SIMPLE2))], lines, resume="fake")
     recs = records(world)
     assert "measured again" not in out and [r["retake_of"] for r in recs if "retake_of" in r] == [_id(JSON1)]
     assert next(r for r in recs if r["measurement_id"] == _id(SIMPLE2))["interference"]["disturbed"]
-    assert RunDir.open(world / "r" / "fake").read_meta().plan.retake_cap == 1  # the run's cap, not the flag's
+    assert any("round 2: 1 measurement(s) do not count (1 disturbed by other work); none measured again (1 of at "
+               "most 1 retakes in this run, the cap is spent)" in ln for ln in lines), lines
+    assert RunDir.open(world / "r" / "fake").read_meta().plan.retake_cap == 1
+    # a resume of the finished run with a new cap retakes what is still missing, and nothing twice
+    out = run_demo(world, models_dir, [fake()], lines, resume="fake", retakes=5)
+    recs = records(world)
+    assert "0 ok, 0 failed, 12 already recorded, 1 measured again" in out
+    assert [r["retake_of"] for r in recs if "retake_of" in r] == [_id(JSON1), _id(SIMPLE2)]
+    assert RunDir.open(world / "r" / "fake").read_meta().plan.retake_cap == 5  # the new cap, recorded
+    assert any("resume fake: at most 5 retakes in the run (those already made count)" in ln for ln in lines)
 
 
 def test_each_host_retakes_its_own_and_the_cap_is_shared(world, models_dir):

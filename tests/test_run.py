@@ -28,7 +28,8 @@ def _records(run_dir):
 
 
 def _demo_plan(demo_manifest):
-    """The demo's plan at 2 runs and what its confirmation rounds add (the sweep's best two and their baseline)."""
+    """The demo's plan at 2 runs and what its confirmation rounds add (the sweep's best two and their baseline at
+    each of its levels)."""
     plan = make_plan(demo_manifest, ["local"], runs=2, shuffle_seed=0)
     baselines = {s.id: (b.id if (b := demo_manifest.baseline_for(s)) else None) for s in plan.strategies}
     return plan, plan.confirm_measurements(confirm_rounds(demo_manifest, 2), baselines)
@@ -38,7 +39,7 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     recs = _records(demo_run)
     plan, confirm = _demo_plan(demo_manifest)
     planned = len(plan.items) + confirm
-    assert len(first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 3 * 8
+    assert len(first_takes(recs)) == planned == 17 * 8 * 2 + 2 * 5 * 8
     assert len(recs) - planned <= RunDir.open(demo_run).read_meta().plan.retake_cap == 17 * 8 * 2 // 10
     for r in recs:
         assert schema.errors("result", r) == []
@@ -84,12 +85,12 @@ def test_rounds_are_shuffled_and_each_round_runs_every_cell(demo_run):
     rounds = {}
     for r in first_takes(recs):
         rounds.setdefault(r["round"], []).append(f"{r['strategy']}/{r['task']}")
-    # the planned rounds, then the confirmation rounds of the sweep's best two and their baseline
+    # the planned rounds, then the confirmation rounds of the sweep's best two and their baseline at every level
     assert set(rounds) == {1, 2, 3, 4}
     assert sorted(rounds[1]) == sorted(rounds[2]) and len(rounds[1]) == 17 * 8
     assert rounds[1] != rounds[2]
-    assert sorted(rounds[3]) == sorted(rounds[4]) and len(rounds[3]) == 3 * 8
-    confirmed = {x.split("/")[0] for x in rounds[3]} - {"baseline"}
+    assert sorted(rounds[3]) == sorted(rounds[4]) and len(rounds[3]) == 5 * 8
+    confirmed = {x.split("/")[0] for x in rounds[3]} - {"baseline", "baseline[parallel=2]", "baseline[parallel=4]"}
     assert len(confirmed) == 2 and all(c.startswith("ngram-simple[") for c in confirmed)
     # a round finishes before the next begins
     assert [r["round"] for r in recs] == sorted(r["round"] for r in recs)
@@ -128,6 +129,11 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     assert nd[1] > 1.4 * nd[0] and na[1] > 1.3 * na[0], (nd, na)
     # fresh containers: every run starts cold, the draft counts are the same each time
     assert len(set(fd)) == 1 and fd[0] == nd[0], (fd, nd)
+    # each request's draft calls are its own, in one server as in fresh containers: they add up to its counts
+    for r in naive + fresh:
+        calls = r["server_log"]["draft_calls"]
+        assert (sum(i * n for i, n in enumerate(calls["accepted"])), calls["tasks"]) == \
+            (r["server"]["draft_n_accepted"], 1), r["server_log"]
     assert all(r["protocol"] == "reuse-server" for r in naive)
     from harness.analysis.summary import summarize
 
@@ -143,6 +149,14 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     fresh_check = fresh_cell["checks"]["contamination"]
     assert fresh_check["data"]["kind"] in ("none", "drift", "unstable"), fresh_check
     assert fresh_check["data"]["fingerprint"]["identical"], fresh_check
+    # request by request: the naive server's second ngram-mod request drafted beyond what any fresh one did
+    from harness.analysis import explanation_report as why
+
+    naive_summary, fresh_summary = (summarize(RunDir.open(tmp_path / "r" / x)) for x in ("naive", "fresh"))
+    rows = [r for r in naive_summary["requests"]["servers"] if r["strategy"] == "ngram-mod"]
+    assert [r["drafted"] for r in rows] == nd
+    table, sentence = why.requests_table(naive_summary, why.fresh_peer(naive_summary, [fresh_summary]))
+    assert "≠" in table and not sentence.startswith("0 of")
     cache_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"]
                       if c["strategy"] == "ngram-cache")
     assert cache_cell["checks"]["contamination"]["data"]["kind"] == "naive"

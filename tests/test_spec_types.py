@@ -180,6 +180,13 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
         if types[sid] != "none":
             assert r["server"]["draft_n"] > 0, (sid, r["server"])
             assert r["server_log"]["draft_acceptance"]["generated"] == r["server"]["draft_n"], (sid, r)
+            # each draft call's line (LLAMA_TRACE): they add up to the server's own counts of this request
+            calls = r["server_log"]["draft_calls"]
+            assert sum(i * n for i, n in enumerate(calls["accepted"])) == r["server"]["draft_n_accepted"], (sid, r)
+            assert sum(i * n for i, n in enumerate(calls["drafted"])) == r["server"]["draft_n"], (sid, r)
+            assert calls["calls"] == sum(calls["accepted"]) == sum(calls["drafted"]) > 0
+        else:
+            assert "draft_calls" not in r["server_log"]
     assert recs["mtp"]["server_command"][2].endswith("tiny-mtp-target.gguf")
     s = summarize(RunDir.open(tmp_path / "r" / "types"))
     cells = {c["strategy"]: c for c in s["cells"]}
@@ -187,6 +194,10 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
     assert cells["dflash2"]["checks"]["determinism"]["data"]["baseline"] == "baseline"
     assert cells["mtp"]["baseline"] == "baseline-mtp" and cells["eagle3"]["baseline"] == "baseline"
     assert not any(c["checks"]["speculation"]["flagged"] for c in s["cells"] if "speculation" in c["checks"])
+    # acceptance by draft position for every speculative type, from its calls
+    pos = {p["strategy"]: p for p in s["positions"]["strategies"]}
+    assert {k for k, v in types.items() if v != "none"} == set(pos) and s["positions"]["requests_without"] == 0
+    assert all(p["sources"] == ["draft calls"] and p["calls"] > 0 and 0 <= p["shares"][0] <= 1 for p in pos.values())
     # the physics of each row follows its own target's bytes
     assert cells["mtp"]["checks"]["physics"]["data"]["weight_bytes"] != \
         cells["eagle3"]["checks"]["physics"]["data"]["weight_bytes"]

@@ -151,8 +151,8 @@ def test_validate_prints_the_expanded_plan_and_its_measurement_count():
     assert "sweep ngram-simple: 4 combinations (--spec-ngram-simple-size-n 2, 4 x --spec-ngram-simple-size-m 8, 48)" \
         in out
     assert "serving baseline: 1, 2, 4 concurrent clients" in out
-    # 2 confirmation rounds x (the best two combinations + their baseline) x 8 tasks
-    assert "+48 measurements, 456 in all" in out
+    # 2 confirmation rounds x (the best two combinations + their baseline at its 3 levels) x 8 tasks
+    assert "+80 measurements, 488 in all" in out
     assert "ngram-simple[size-n=2,size-m=48] --spec-type ngram-simple --spec-ngram-simple-size-n 2" in out
     res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "validate", "--manifest", str(REAL)],
                          capture_output=True, text=True, timeout=120)
@@ -205,32 +205,93 @@ def _ratios(truth: dict[str, float], tasks=("a", "b"), rounds=range(1, 6), noise
                 for t in tasks} for c, v in truth.items()}
 
 
+def _figures(ratios) -> sweep.Figures:
+    """Plain figures for plain numbers (the report passes its speedup table's): geometric means, no intervals."""
+    out = {}
+    for c, per in ratios.items():
+        logs = {t: [math.log(v) for v in rr.values()] for t, rr in per.items() if rr}
+        figs = {t: sweep.Figure(math.exp(np.mean(x)), None, None, len(x)) for t, x in logs.items()}
+        if logs:
+            figs[None] = sweep.Figure(math.exp(np.mean([np.mean(x) for x in logs.values()])), None, None,
+                                      min(len(x) for x in logs.values()))
+        out[c] = figs
+    return out
+
+
 def test_select_names_the_best_and_keeps_only_the_clearly_worse_out_of_its_tie():
     ratios = _ratios({"x[n=1]": 1.50, "x[n=2]": 1.50, "x[n=4]": 1.10})
-    sel = sweep.select(ratios)
+    sel = sweep.select(ratios, _figures(ratios))
     assert sel.best in ("x[n=1]", "x[n=2]")
     worse = {c.combination: c for c in sel.candidates}["x[n=4]"]
     assert worse.distinguishable and worse.p_holm < 0.05 and worse.vs_best.high < 1
     assert sel.tied == [sel.best, next(c for c in ("x[n=1]", "x[n=2]") if c != sel.best)]
     # the round's shared disturbance cancels in the pairing: the interval vs the best is narrow
     assert worse.vs_best.high / worse.vs_best.low < 1.06
-    one = sweep.select(ratios, "a")
+    one = sweep.select(ratios, _figures(ratios), "a")
     assert one.task == "a" and one.best in ("x[n=1]", "x[n=2]")
+    # the figures decide the order, whatever the rounds say: the report's table ranks, the rounds compare
+    flipped = {c: dict(f) for c, f in _figures(ratios).items()}
+    flipped["x[n=4]"][None] = sweep.Figure(9.0, None, None, 5)
+    assert sweep.select(ratios, flipped).best == "x[n=4]"
+
+
+def _confirmed_sweep(confirm_truth: dict[str, float]) -> sweep.SweepResult:
+    sweep_part = _ratios({"w": 1.8, "r": 1.2}, rounds=range(1, 4))
+    confirm_part = _ratios(confirm_truth, rounds=range(4, 7), seed=2)
+    ratios = {c: {t: {**sweep_part[c][t], **confirm_part[c][t]} for t in ("a", "b")} for c in ("w", "r")}
+    return sweep.analyse("x", "local", ratios, ["a", "b"], 4, _figures(sweep_part), _figures(confirm_part),
+                         confirmed=["w", "r"])
 
 
 def test_confirmation_uses_only_the_rounds_after_the_sweep():
-    sweep_part = _ratios({"w": 1.8, "r": 1.2}, rounds=range(1, 4))
-    confirm_part = _ratios({"w": 1.3, "r": 1.25}, rounds=range(4, 7), seed=2)
-    ratios = {c: {t: {**sweep_part[c][t], **confirm_part[c][t]} for t in ("a", "b")} for c in ("w", "r")}
-    res = sweep.analyse("x", "local", ratios, ["a", "b"], confirm_from=4, confirmed=["w", "r"])
+    res = _confirmed_sweep({"w": 1.3, "r": 1.25})
     assert res.overall.best == "w" and res.overall.candidates[0].figure.estimate == pytest.approx(1.8, rel=0.03)
     conf = res.confirmation
     assert conf.rounds == (4, 5, 6) and conf.winner == "w" and conf.runner_up == "r"
     assert conf.winner_figure.estimate == pytest.approx(1.3, rel=0.03)  # the winner's curse, measured away
-    assert conf.winner_figure.low < conf.winner_figure.estimate < conf.winner_figure.high
+    assert conf.winner_figure.rounds == 3 and res.overall.candidates[0].figure.rounds == 3
     assert conf.winner_vs_runner_up.estimate == pytest.approx(1.3 / 1.25, rel=0.03)
     assert set(conf.winner_tasks) == {"a", "b"}
-    assert sweep.analyse("x", "local", sweep_part, ["a", "b"], None).confirmation is None
+    sweep_part = _ratios({"w": 1.8, "r": 1.2}, rounds=range(1, 4))
+    assert sweep.analyse("x", "local", sweep_part, ["a", "b"], None, _figures(sweep_part)).confirmation is None
+
+
+def test_a_winner_is_named_only_when_the_best_two_are_distinguishable():
+    """1.3x against 1.29x in three confirmation rounds: not distinguishable, no winner; 1.6x against 1.2x: the
+    winner; the sweep's runner-up ahead in the confirmation: it wins. Without confirmation rounds the selection
+    rounds decide, by the sweep's Holm comparison of the runner-up with the best."""
+    close = _confirmed_sweep({"w": 1.3, "r": 1.29})
+    assert close.winner is None and close.decided_by is None and close.best_two == ("w", "r")
+    assert close.confirmation.winner_vs_runner_up.low < 1 < close.confirmation.winner_vs_runner_up.high
+    clear = _confirmed_sweep({"w": 1.6, "r": 1.2})
+    assert clear.winner == "w" and clear.decided_by == "confirmation"
+    flipped = _confirmed_sweep({"w": 1.1, "r": 1.5})
+    assert flipped.winner == "r" and flipped.as_dict()["winner"] == "r"
+    apart = _ratios({"x[n=1]": 1.8, "x[n=2]": 1.2})
+    alone = sweep.analyse("x", "local", apart, ["a", "b"], None, _figures(apart))
+    assert alone.winner == "x[n=1]" and alone.decided_by == "selection"
+    tied = _ratios({"x[n=1]": 1.5, "x[n=2]": 1.49})
+    assert sweep.analyse("x", "local", tied, ["a", "b"], None, _figures(tied)).winner is None
+
+
+def test_a_sweep_of_two_rounds_is_ordered_by_point_figures_without_intervals():
+    """Two rounds give no cell an interval and the table no geometric mean: the sweep still has an order, from
+    the mean of the tasks' log estimates, and prints no interval the table does not have."""
+    from harness.analysis import speedups as sp
+    from harness.analysis import tuning
+    from tests.test_stats import matrix
+
+    truth = {("baseline", "a"): 100.0, ("baseline", "b"): 50.0, ("x[n=1]", "a"): 150.0, ("x[n=1]", "b"): 60.0,
+             ("x[n=2]", "a"): 120.0, ("x[n=2]", "b"): 55.0}
+    index = CellIndex(matrix(truth, 2, noise=0.01, seed=3))
+    bases = {"baseline": None, "x[n=1]": "baseline", "x[n=2]": "baseline"}
+    table = sp.table(index, bases)
+    assert all(g.estimate is None for g in table.geomeans)
+    figs = tuning.figures(table, "local")
+    one = figs["x[n=1]"][None]
+    assert one.estimate == pytest.approx(math.sqrt(1.5 * 1.2), rel=0.02) and one.low is None and one.rounds == 2
+    ratios = tuning.sweep_ratios(index, "local", [("x[n=1]", "baseline"), ("x[n=2]", "baseline")], ["a", "b"])
+    assert sweep.select(ratios, figs).best == "x[n=1]"
 
 
 # -- serving ------------------------------------------------------------------------------------------------
@@ -293,3 +354,40 @@ def test_committed_real_text_sweep_has_a_confirmed_winner_and_a_serving_curve():
     text = (ROOT / "RESULTS.md").read_text(encoding="utf-8")
     assert "## Run real-gemma3-270m-sweep" in text and "### Sweeps: which setting" in text
     assert "### Serving: throughput against per-stream latency" in text
+
+
+def test_the_committed_sweep_keeps_selection_and_confirmation_apart_with_one_interval_per_figure(tmp_path):
+    """results/real-gemma3-270m-sweep: the run's table holds the selection rounds alone (3 per cell, also for the
+    two combinations confirmed in rounds 4-6), the sweep section prints the table's own figure for each
+    combination, the confirmed figures come from those rounds alone, and with the best two at 1.01x [0.86, 1.19]
+    in the confirmation no winner is named."""
+    import shutil
+
+    from harness.analysis import report
+    from harness.analysis.summary import summarize
+
+    run = tmp_path / "real-gemma3-270m-sweep"
+    shutil.copytree(ROOT / "results" / "real-gemma3-270m-sweep", run)
+    s = summarize(RunDir.open(run))
+    res = s["sweeps"][0]
+    conf = res["confirmation"]
+    assert s["confirmation_rounds"] == conf["rounds"] == [4, 5, 6] and s["selection_rounds"] == [1, 2, 3]
+    geo = {g["strategy"]: g for g in s["geomeans"]}
+    for c in res["overall"]["candidates"]:
+        g = geo[c["combination"]]
+        assert (c["figure"]["estimate"], c["figure"]["low"], c["figure"]["high"]) == pytest.approx(
+            (g["estimate"], g["interval"]["low"], g["interval"]["high"]), abs=6e-4), c["combination"]
+    cells = [c for c in s["cells"] if c["strategy"] in (conf["winner"], conf["runner_up"])]
+    assert cells and all(c["speedup_interval"]["n"] == 3 for c in cells)  # not 6: the confirmation is apart
+    assert conf["winner_figure"]["rounds"] == 3
+    assert conf["winner_figure"]["estimate"] != pytest.approx(geo[conf["winner"]]["estimate"], abs=0.01)
+    vs = conf["winner_vs_runner_up"]
+    assert vs["low"] < 1 < vs["high"] and res["winner"] is None and res["best_two"] == [conf["winner"],
+                                                                                       conf["runner_up"]]
+    report.write([run], tmp_path / "R.md", plot=False)
+    text = (tmp_path / "R.md").read_text(encoding="utf-8")
+    assert "**Best two not distinguishable: ngram-simple\\[size-n=3,size-m=16\\] and" in text
+    assert "**Winner" not in text and "rounds 4-6 confirm the sweep's best two" in text
+    w = geo[conf["winner"]]
+    figure = f"{w['estimate']:.2f}x [{w['interval']['low']:.2f}, {w['interval']['high']:.2f}]"
+    assert text.count(figure) >= 3  # the run's table, the sweep's headline and its table: one figure, one interval

@@ -376,7 +376,7 @@ UNTRUSTED = {
     "llama_cpp.path": {"llama_cpp": {"path": "../somewhere"}},
     "build.base_image": {"build": {"backend": "cpu", "base_image": "evil/builder:1"}},
     "build.runtime_image": {"build": {"backend": "cpu", "runtime_image": "evil/runtime:1"}},
-    "build.cmake_args[0]": {"build": {"backend": "cpu", "cmake_args": ["-DCMAKE_C_COMPILER_LAUNCHER=sh;-c;touch x"]}},
+    "build.cmake_args[0]": {"build": {"backend": "cpu", "cmake_args": ["-DCMAKE_C_COMPILER_LAUNCHER=ccache"]}},
 }
 
 
@@ -553,6 +553,10 @@ def _rename(meta: dict, records: list[dict], kind: str, old: str, new: str) -> N
         meta["environment"] = {new if k == old else k: v for k, v in meta["environment"].items()}
     for r in records:
         r[kind] = new if r[kind] == old else r[kind]
+    several = {t["id"]: len(t["prompts"]) > 1 for t in meta["tasks"]}
+    for r in records:  # the measurement ids name the cell: renamed with it
+        r["measurement_id"] = (f"{r['host']}/{r['strategy']}/{r['task']}"
+                               + (f"/{r['prompt']}" if several[r["task"]] else "") + f"/{r['round']}")
 
 
 def _poison(meta: dict, records: list[dict]) -> None:

@@ -89,25 +89,37 @@ def test_too_large_to_send_is_one_line_naming_the_file_its_size_and_owner(sshd, 
     assert sorted(p.name for p in remote.rglob("*")) == [local.name]  # nothing written
 
 
-def test_a_link_planted_in_the_kits_folder_is_not_written_through(sshd, folders, tmp_path):
+@pytest.mark.parametrize("planted", ["file", "hash folder", "kit folder"])
+def test_a_link_planted_in_the_kits_folder_is_refused_never_followed(sshd, folders, tmp_path, planted):
+    """A link where the kit's file, its hash folder or `.specbench-sent` itself would be: reading it would mount a
+    file outside the kit's folder into the container; writing through it would overwrite one."""
     remote, local = folders
-    canary = tmp_path / "outside" / "canary.txt"
-    canary.parent.mkdir()
-    canary.write_text("canary\n")
-    planted = remote / SENT_FOLDER / hashlib.sha256(AUTHORS).hexdigest() / local.name
-    planted.parent.mkdir(parents=True)
-    planted.symlink_to(canary)
+    want = hashlib.sha256(AUTHORS).hexdigest()
+    outside = tmp_path / "outside"
+    (outside / want).mkdir(parents=True)
+    canary = outside / want / local.name
+    canary.write_bytes(AUTHORS)  # the bytes the manifest pins: a followed link would be used as the model
+    victim = outside / local.name
+    victim.write_text("the user's file\n")
+    link = {"file": remote / SENT_FOLDER / want / local.name, "hash folder": remote / SENT_FOLDER / want,
+            "kit folder": remote / SENT_FOLDER}[planted]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to({"file": canary, "hash folder": outside, "kit folder": outside}[planted])
+    before = {p: _state(p) for p in (canary, victim)}
     eng = _remote(sshd, remote)
     try:
-        assert eng.place_models({"target": local}, lambda s: None) == {"target": planted}
+        with pytest.raises(KitError) as e:
+            eng.place_models({"target": local}, lambda s: None)
+        one_line(e, f"{link} is a symbolic link", f"{SENT_FOLDER} holds only files and folders it made")
         # noclobber: a partial file already there would not be written through either
         with pytest.raises(KitError) as e:
             eng.send_bytes(b"x", str(canary))
         one_line(e, f"cannot write {canary}")
     finally:
         eng.close()
-    assert canary.read_text() == "canary\n"
-    assert not planted.is_symlink() and planted.read_bytes() == AUTHORS
+    assert {p: _state(p) for p in (canary, victim)} == before
+    assert link.is_symlink() and sorted(p.name for p in outside.rglob("*")) == sorted([want, local.name,
+                                                                                      local.name])
 
 
 @pytest.mark.parametrize("spec", ["root@127.0.0.1:abc", "root@127.0.0.1:99999", "root@:22", "a b@c", "x;id"])

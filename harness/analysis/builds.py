@@ -9,7 +9,7 @@ paired by round like a strategy's: for the same strategy, task and prompt in the
   baseline in that round). What the build did to speculation itself, its effect on plain decoding cancelled.
 
 Each is estimated per cell like a speedup (harness/analysis/speedups.py `table_of`: moderated intervals, the
-cells of a table one family under Holm's procedure, the geometric means over tasks another), so "not
+cells of a printed table and its geometric means over tasks one family under Holm's procedure), so "not
 significant" is an answer here too. Beside them, the deterministic fingerprint per build: at temperature 0 the
 same request gives the same output on one build; a build whose output differs from the first build's for the same
 strategy and prompt changed it, and a baseline that differs means the build changed greedy decoding itself.
@@ -31,9 +31,9 @@ from harness.store.runmeta import RunMeta, StrategyMeta
 RULE = ("B/A of tok/s: the same strategy, task and prompt on build B over build A in the same round on the same "
         "host (paired: the round's drift cancels). B/A of speedup: B's speedup over its own baseline in that round "
         "over A's speedup over A's baseline in that round (the build's effect on plain decoding cancels). Each cell "
-        "is the geometric mean over rounds with a 95% interval; the marks of one table are judged as one family "
-        "with Holm's procedure (▲ B higher, ▼ B lower, ≈ within ±2%, · not significant, ? too few rounds), the "
-        "geometric means over tasks as a family of their own.")
+        "is the geometric mean over rounds with a 95% interval; the marks of one printed table, cells and geometric "
+        "means over tasks alike, are judged as one family with Holm's procedure (▲ B higher, ▼ B lower, ≈ within "
+        "±2%, · not significant, ? too few rounds).")
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -102,9 +102,9 @@ def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> dict[str, Any]:
 def _table(t: sp.SpeedupTable, names: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
     return {"cells": [_figure(s, names) for s in t.cells.values()],
             "geomeans": [_figure(g, names) for g in t.geomeans],
-            "family": {"cells": len([c for c in t.cells.values() if c.judgement.family]), "tests": t.family_size,
-                       "geomeans": len([g for g in t.geomeans if g.judgement.family]),
-                       "geomean_tests": t.geomean_family_size, "method": "holm", "alpha": inf.ALPHA}}
+            "family": {"cells": len([c for c in t.cells.values() if c.judgement.family]),
+                       "geomeans": len([g for g in t.geomeans if g.judgement.family]), "tests": t.family_size,
+                       "method": "holm", "alpha": inf.ALPHA}}
 
 
 def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
@@ -129,7 +129,8 @@ def _divergence(a: Measurement, b: Measurement) -> dict[str, Any]:
     v = checks.determinism(a.raw["output"], b.raw["output"], a.raw.get("probs"))
     d = v.data
     return {"first_divergent_token": d.get("first_divergent_token"), "margin": d.get("margin"),
-            "margin_rank": d.get("margin_rank"), "sentence": v.sentence.replace("baseline top-2 margin", f"{a.strategy}'s top-2 margin")}
+            "margin_rank": d.get("margin_rank"),
+            "sentence": v.sentence.replace("baseline top-2 margin", f"{a.strategy}'s top-2 margin")}
 
 
 def outputs(index: CellIndex, hosts: list[str], ps: list[tuple[str, StrategyMeta, StrategyMeta]],

@@ -104,9 +104,8 @@ def _family(table: dict[str, Any]) -> str:
     fam = table["family"]
     if not fam["cells"]:
         return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
-    return (f"One family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''}, {fam['tests']} tests, Holm's "
-            f"procedure at 5%; the {fam['geomeans']} geometric mean{'s' if fam['geomeans'] != 1 else ''} over tasks "
-            f"a family of {'their' if fam['geomeans'] != 1 else 'its'} own ({fam['geomean_tests']} tests).")
+    return (f"One family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
+            f"mean{'s' if fam['geomeans'] != 1 else ''} over tasks, {fam['tests']} tests, Holm's procedure at 5%.")
 
 
 def _outputs(out: dict[str, Any], several_hosts: bool) -> list[str]:

@@ -1,10 +1,12 @@
 """`invoke compare A B`: two runs judged on what transfers between machines — per host and cell, the paired
-speedups with their intervals (reproduces / differs / inconclusive, harness/analysis/stats.py), the deterministic
-fingerprint, and the absolute tok/s ratio, shown but never judged. "not comparable" when the two runs measured
-different things (model files, llama.cpp source, backend, flags), each difference named by field. A run of
-several builds is compared build by build (each strategy is measured on its own build, and each build's source is
-a fact of its own); the difference between two builds inside one run is that run's result (its report), never a
-failed reproduction."""
+speedups with their intervals (reproduces / differs / inconclusive, harness/analysis/reproduction.py), the
+deterministic fingerprint, and the absolute tok/s ratio, shown but never judged. "not comparable" when the two
+runs measured different things (model files, llama.cpp source, backend, flags), each difference named by field. A
+run of several builds is compared build by build (each strategy is measured on its own build, and each build's
+source is a fact of its own); the difference between two builds inside one run is that run's result (its report),
+never a failed reproduction.
+
+`compare` returns a typed Comparison; its `as_dict` is compare.json."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tabulate import tabulate
 from harness import formatter as fm
 from harness.analysis import inference as inf
 from harness.analysis import reproduction as rp
-from harness.analysis import stats, words
+from harness.analysis import stats, tuning, words
 from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -80,28 +82,14 @@ def _relabel(records: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> lis
 
 
 def _stats(meta: RunMeta, records: list[dict[str, Any]]) -> stats.RunStats:
-    return stats.analyze(CellIndex(records), {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
+    """A run's statistics as its report has them: the selection rounds (a sweep's confirmation rounds apart)."""
+    selection, _ = tuning.split(meta, CellIndex(records))
+    return stats.analyze(selection, {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
 
 
 def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
     return None if iv is None or not iv.available else {"low": round(iv.low, 4), "high": round(iv.high, 4),
                                                         "n": iv.n}
-
-
-def _row(r: rp.Row, margin: float, host_b: str | None, blocking: list[str]) -> dict[str, Any]:
-    call, rule = r.call.value, words.row_rule(r, margin)
-    if blocking and r.call not in (rp.Call.MISSING, rp.Call.BASELINE):
-        call, rule = rp.Call.NOT_COMPARABLE.value, "different " + " / ".join(blocking)
-    sa, sb = r.speedup_a, r.speedup_b
-    return {"host": r.host, "host_b": host_b, "strategy": r.strategy, "task": r.task,
-            "speedup_a": None if sa is None else sa.estimate, "interval_a": None if sa is None else _interval(
-                sa.interval), "speedup_b": None if sb is None else sb.estimate,
-            "interval_b": None if sb is None else _interval(sb.interval), "ratio": r.ratio,
-            "ratio_interval": _interval(r.interval), "verdict": call, "rule": rule,
-            "p_within": r.p_within, "p_outside": r.p_outside, "p_adjusted": r.p_adjusted,
-            "fingerprint": r.fingerprint.value,
-            "fingerprint_detail": _fingerprint_words(r), "tok_s_ratio": r.tok_s_ratio,
-            "tok_s_ratio_note": "hardware- and state-dependent", "tasks": list(r.tasks)}
 
 
 def _fingerprint_words(r: rp.Row) -> str:
@@ -118,76 +106,183 @@ def _fingerprint_words(r: rp.Row) -> str:
     return "; ".join(parts)
 
 
-def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunRef:
+    """One side of a comparison: the run's id, where it was read, its hosts."""
+
+    run_id: str
+    path: str
+    hosts: list[str]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A fact the two runs measured with that differs; `blocking`: they measured different things."""
+
+    field: str
+    a: Any
+    b: Any
+    blocking: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """B judged against A (harness/analysis/reproduction.py), with what the two runs measured with: the call, the
+    rows in A's plan order and the one-line verdict. `as_dict` is compare.json."""
+
+    a: RunRef
+    b: RunRef
+    differences: list[Difference]
+    reproduction: rp.Reproduction
+    rows: list[rp.Row]
+    host_b: dict[str, str]  # A's host label -> B's
+    torn_last_line: tuple[str, ...] = ()  # "A" / "B": whose measurements.jsonl ends in a line cut short
+
+    @property
+    def blocking(self) -> list[str]:
+        return [d.field for d in self.differences if d.blocking]
+
+    @property
+    def comparable(self) -> bool:
+        return not self.blocking
+
+    @property
+    def call(self) -> rp.Call:
+        return rp.Call.NOT_COMPARABLE if self.blocking else self.reproduction.call
+
+    @property
+    def geomeans(self) -> list[rp.Row]:
+        return self.reproduction.geomeans
+
+    @property
+    def margin(self) -> float:
+        return self.reproduction.margin
+
+    @property
+    def cell_margin(self) -> float:
+        return self.reproduction.cell_margin
+
+    @property
+    def verdict(self) -> str:
+        if self.blocking:
+            return "not comparable: the runs measured different things (" + ", ".join(self.blocking) + ")"
+        return words.headline(self.reproduction)
+
+    def row_call(self, r: rp.Row) -> rp.Call:
+        """A row's call; every judged row is "not comparable" when the runs measured different things."""
+        if self.blocking and r.call not in (rp.Call.MISSING, rp.Call.BASELINE):
+            return rp.Call.NOT_COMPARABLE
+        return r.call
+
+    def row_rule(self, r: rp.Row) -> str:
+        if self.row_call(r) is rp.Call.NOT_COMPARABLE:
+            return "different " + " / ".join(self.blocking)
+        return words.row_rule(r)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[self.row_call(r).value] = out.get(self.row_call(r).value, 0) + 1
+        return out
+
+    def _row_dict(self, r: rp.Row) -> dict[str, Any]:
+        return {"host": r.host, "host_b": self.host_b.get(r.host), "strategy": r.strategy, "task": r.task,
+                "speedup_a": r.speedup_a, "interval_a": _interval(r.interval_a), "speedup_b": r.speedup_b,
+                "interval_b": _interval(r.interval_b), "ratio": r.ratio, "ratio_interval": _interval(r.interval),
+                "margin": r.margin, "verdict": self.row_call(r).value, "rule": self.row_rule(r),
+                "p_within": r.p_within, "p_outside": r.p_outside, "p_adjusted": r.p_adjusted,
+                "fingerprint": r.fingerprint.value, "fingerprint_detail": _fingerprint_words(r),
+                "tok_s_ratio": r.tok_s_ratio, "tok_s_ratio_note": "hardware- and state-dependent",
+                "tasks": list(r.tasks)}
+
+    def as_dict(self) -> dict[str, Any]:
+        """compare.json."""
+        rep = self.reproduction
+        worst = rep.worst
+        return {"a": self.a.__dict__, "b": self.b.__dict__,
+                "differences": [d.__dict__ for d in self.differences], "comparable": self.comparable,
+                "rows": [self._row_dict(r) for r in self.rows], "geomeans": [self._row_dict(g) for g in self.geomeans],
+                "counts": self.counts(), "call": self.call.value, "verdict": self.verdict, "margin": rep.margin,
+                "cell_margin": rep.cell_margin, "estimator": rep.method, "family": rep.family,
+                "smallest_margin": rep.smallest_margin, "cell_smallest_margin": rep.cell_smallest_margin,
+                "rounds_needed": rep.rounds_needed, "cell_rounds_needed": rep.cell_rounds_needed,
+                "unresolved": len(rep.unresolved), "torn_last_line": list(self.torn_last_line),
+                "worst": None if worst is None else {"host": worst.host, "strategy": worst.strategy,
+                                                     "task": worst.task, "ratio": worst.ratio,
+                                                     "ratio_interval": _interval(worst.interval)}}
+
+
+def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN, cell_margin: float | None = None) -> Comparison:
     """Judge B against A per cell on what transfers between machines: the B/A ratio of the paired speedups with its
-    interval against ±margin (reproduces / differs / inconclusive; differs judged as one family), the same for
-    each strategy's geometric mean, the deterministic fingerprint (draft counts and output hashes), and the
-    absolute tok/s ratio, labelled hardware- and state-dependent and never judged."""
+    interval against ±cell margin (default twice the margin) and each strategy's geometric mean against ±margin
+    (reproduces / differs / inconclusive; differs judged as one family), the deterministic fingerprint (draft
+    counts and output hashes), and the absolute tok/s ratio, labelled hardware- and state-dependent and never
+    judged."""
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
     ma, mb = ra.read_meta(), rb.read_meta()
-    diffs = differences(ma, mb)
-    blocking = [d[0] for d in diffs if d[3]]
+    diffs = [Difference(*d) for d in differences(ma, mb)]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = rp.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin)
-    to_b = dict(pairs)
-    rows = [_row(r, margin, to_b.get(r.host), blocking) for r in rep.rows]
+    rep = rp.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin,
+                          cell_margin)
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
           (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}
-    rows.sort(key=lambda r: tuple(at[f].get(r[f], len(at[f])) for f in ("host", "strategy", "task")))  # A's plan order
-    geos = [_row(g, margin, to_b.get(g.host), blocking) for g in rep.geomeans]
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    overall = ("not comparable: the runs measured different things (" + ", ".join(blocking) + ")") if blocking \
-        else words.headline(rep)
-    return {"a": {"run_id": ma.run_id, "path": str(dir_a), "hosts": ma.plan.hosts},
-            "b": {"run_id": mb.run_id, "path": str(dir_b), "hosts": mb.plan.hosts},
-            "differences": [{"field": f, "a": x, "b": y, "blocking": blk} for f, x, y, blk in diffs],
-            "comparable": not blocking, "rows": rows, "geomeans": geos, "counts": counts,
-            "call": "not comparable" if blocking else rep.call.value, "verdict": overall, "margin": margin,
-            "family": rep.family, "smallest_margin": rep.smallest_margin, "rounds_needed": rep.rounds_needed}
+    rows = sorted(rep.rows, key=lambda r: tuple(at[f].get(getattr(r, f), len(at[f]))
+                                                for f in ("host", "strategy", "task")))  # A's plan order
+    return Comparison(RunRef(ma.run_id, str(dir_a), ma.plan.hosts), RunRef(mb.run_id, str(dir_b), mb.plan.hosts),
+                      diffs, rep, rows, dict(pairs),
+                      tuple(x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line))
 
 
-def _sp(x: float | None, iv: dict[str, Any] | None) -> str:
+def _sp(x: float | None, iv: inf.Interval | None) -> str:
     if x is None:
         return "-"
-    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
+    span = f" {fm.interval(iv.low, iv.high)}" if iv is not None and iv.available else ""
     return f"{fm.ratio(x)}{span}"
 
 
-def table(result: dict[str, Any], fmt: str = "simple") -> str:
+def table(result: Comparison, fmt: str = "simple") -> str:
     """Every cell of A against B, then each strategy's geometric mean; names from the runs are shown with their
     escapes visible (formatter.console), safe in a terminal and in a Markdown code block."""
-    several = len(result["a"]["hosts"]) > 1 or len(result["b"]["hosts"]) > 1
+    several = len(result.a.hosts) > 1 or len(result.b.hosts) > 1
     rows = []
     c = fm.console  # names come from the run folders: their escapes are shown, never sent to the terminal
-    for r in result["rows"] + result.get("geomeans", []):
-        rows.append(([c(f"{r['host']} / {r['host_b'] or '-'}", 200)] if several else []) + [
-            c(r["strategy"], 100), c(r["task"], 100) if r["task"] else "geomean", _sp(r["speedup_a"], r["interval_a"]),
-            _sp(r["speedup_b"], r["interval_b"]), _sp(r["ratio"], r["ratio_interval"]), r["verdict"],
-            r["fingerprint"] if r["task"] else "", "-" if r["tok_s_ratio"] is None else fm.ratio(r["tok_s_ratio"])])
+    for r in result.rows + result.geomeans:
+        rows.append(([c(f"{r.host} / {result.host_b.get(r.host) or '-'}", 200)] if several else []) + [
+            c(r.strategy, 100), c(r.task, 100) if r.task else "geomean", _sp(r.speedup_a, r.interval_a),
+            _sp(r.speedup_b, r.interval_b), _sp(r.ratio, r.interval), result.row_call(r).value,
+            r.fingerprint.value if r.task else "", "-" if r.tok_s_ratio is None else fm.ratio(r.tok_s_ratio)])
     headers = (["hosts (A / B)"] if several else []) + [
         "strategy", "task", "speedup A", "speedup B", "B/A", "verdict", "fingerprint", "tok/s B/A*"]
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
-def text(result: dict[str, Any], fmt: str = "simple") -> str:
+def text(result: Comparison, fmt: str = "simple") -> str:
     c = fm.console  # values from the run folders (run ids, hardware, models): escapes shown, one line each
-    lines = [f"A: {c(result['a']['run_id'], 200)}   B: {c(result['b']['run_id'], 200)}"]
-    if result["differences"]:
+    lines = [f"A: {c(result.a.run_id, 200)}   B: {c(result.b.run_id, 200)}"]
+    if result.differences:
         lines.append("environments differ:")
-        for d in result["differences"]:
-            lines.append(f"  {c(d['field'], 200)}: A {c(d['a'], 70)} | B {c(d['b'], 70)}"
-                         + ("" if d["blocking"] else " (does not block: speedups transfer)"))
+        for d in result.differences:
+            lines.append(f"  {c(d.field, 200)}: A {c(d.a, 70)} | B {c(d.b, 70)}"
+                         + ("" if d.blocking else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
-    m = fm.pct(result["margin"])
-    lines += ["", table(result, fmt), "",
-              f"rule: per cell, B/A = speedup B / speedup A with its 95% interval; reproduces when the interval "
-              f"lies within ±{m}; differs when it lies wholly outside ±{m}, judged as one family of "
-              f"{result['family']} (cells and geometric means, Holm at 5%); else inconclusive. The verdict "
-              "reproduces when every strategy's geometric mean does, no cell differs or is missing and no "
-              "fingerprint differs; differs when a cell or geometric mean does. fingerprint = draft counts and output "
-              "hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine state: shown, "
-              "never judged.", "", f"verdict: {c(result['verdict'], 1000)}"]
+    lines += [f"{x}: the last line of measurements.jsonl was cut short (a crash mid-write): that measurement is not "
+              "counted" for x in result.torn_last_line]
+    lines += ["", table(result, fmt), "", rule(result), "", f"verdict: {c(result.verdict, 1000)}"]
     return "\n".join(lines)
+
+
+def rule(result: Comparison) -> str:
+    """The comparison's rule, with its margins, family and estimator."""
+    m, cm = fm.pct(result.margin), fm.pct(result.cell_margin)
+    return (f"rule: per cell, B/A = speedup B / speedup A with its 95% interval, both speedups by one estimator "
+            f"(the 20%-trimmed geometric mean of the paired ratios where both runs have {inf.TRIM_FROM} rounds or "
+            f"more, else the geometric mean); a cell "
+            f"reproduces when its interval lies within ±{cm} (the cell margin), a geometric mean within ±{m}; "
+            f"either differs when its interval lies wholly outside its band, judged as one family of "
+            f"{result.reproduction.family} (cells and geometric means, Holm at 5%); else inconclusive. The verdict "
+            "reproduces when every strategy's geometric mean and every cell does, none is missing and no "
+            "fingerprint differs; \"geometric means reproduce; N cells unresolved\" when only the geometric means "
+            "do (the worst cell named); differs when a cell or geometric mean does. fingerprint = draft counts and "
+            "output hashes (deterministic at temperature 0). *tok/s B/A depends on hardware and machine state: "
+            "shown, never judged.")

@@ -2,10 +2,12 @@
 in fresh servers (draft counts and outputs), and throughput trends after removing each round's common factor.
 
 A unit is what identical requests are: a cell, or one prompt of a cell whose task has several. A cell shows its
-worst unit's kind. The statistical flags (drift: a trend in execution order; noisy: a variance well above the
-run's) are judged as one family over every unit of the run with Holm's procedure, like the speedup marks
-(harness/analysis/speedups.py): a clean run shows none in 95% of runs. The deterministic ones (warm-cache,
-nondeterministic, naive) need no test: the evidence is exact."""
+worst unit's kind. The statistical flags (drift: a trend in execution order; noisy: a unit's largest deviation
+improbable under the run's own noise, heavy tails included, harness/analysis/inference.py `noisier_p`) are judged
+as one family over every unit of the run with Holm's procedure, like the speedup marks
+(harness/analysis/speedups.py): a clean run shows none in 95% of runs, with normal or heavy-tailed (t, 3 degrees of
+freedom) noise alike. The deterministic ones (warm-cache, nondeterministic, naive) need no test: the evidence is
+exact."""
 
 from __future__ import annotations
 
@@ -232,13 +234,12 @@ def judge(index: CellIndex, protocol: str | None = None) -> dict[CellKey, Contam
     us = units(index)
     series = normalise(index, us)
     trends = {u: trend(series[u]) for u in us}
-    # Noise: each unit's variance of log normalised tok/s against a prior fitted to all units of its host.
-    locs = {u: inf.locate([math.log(p.normalised) for p in series[u]]) for u in us}
+    # Noise: each unit's largest deviation against its host's pooled deviations, heavy tails allowed.
     noise_raw: dict[Unit, float] = {}
     for host in index.hosts:
-        hu = [u for u in us if u.key.host == host and locs[u] is not None]
-        prior = inf.fit_prior([(locs[u].scale2, locs[u].df) for u in hu])
-        noise_raw.update({u: inf.variance_p(locs[u], prior) for u in hu})
+        hu = [u for u in us if u.key.host == host]
+        noise_raw.update(zip(hu, inf.noisier_p([[math.log(p.normalised) for p in series[u]] for u in hu]),
+                             strict=True))
     tested = [u for u in us if trends[u].testable]
     pvals = [trends[u].p for u in tested] + [noise_raw.get(u, 1.0) for u in us]
     adj = inf.holm_adjusted(pvals)

@@ -13,10 +13,13 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import KitError, schema
+from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, builds_report, tuning_report
+from harness.analysis import builds, builds_report, explanation, plotting, stats, tuning, tuning_report
 from harness.analysis import compare as cmp
+from harness.analysis import explanation_report as why_report
+from harness.analysis.records import CellIndex
+from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_bytes, atomic_write_text
 from harness.store.rundir import RunDir
@@ -85,6 +88,16 @@ def _flags(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _unconfirmed(meta: RunMeta) -> str:
+    """What the header says of a finished run whose plan has confirmation rounds after a sweep but lists none
+    (no paired round to choose from, or a run.json that lost them): its sweep figures are not confirmed."""
+    if meta.status != "complete" or not meta.plan.confirm_rounds or meta.plan.confirm_from() is not None \
+            or not tuning.swept(meta):
+        return ""
+    return (f"**{meta.plan.confirm_rounds} confirmation round(s) planned after the sweep, none listed in run.json**: "
+            "every sweep figure below is the sweep's own, unconfirmed (the best of several reads high)")
+
+
 def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     b = meta.build
     plan = b["plan"]
@@ -101,25 +114,35 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         gpus = e.get("gpus") or []
         gpu = f", {', '.join(g['name'] for g in gpus)} (driver {gpus[0]['driver']})" if gpus else ""
         hosts.append(f"{h}: {e.get('cpu_model') or '?'}, {e.get('cpus')} CPUs{gpu}, Docker {e.get('docker_version')}")
+    # a backend that compiles for GPU architectures names them in the image's label (harness/image/recipe.py)
+    arches = plan["labels"].get(f"{LABEL_PREFIX}.cuda-architectures")
     rows = [
         ("manifest", f"{fm.md(summary['manifest']['name'])} (sha256 {summary['manifest']['sha256'][:16]})"),
         ("run", f"{summary['run_id']} ({summary['status']}, {m['ok']} ok, {m['failed']} failed of {m['planned']} "
-                "planned" + (f", {m['retakes']} disturbed measurement{'s' if m['retakes'] != 1 else ''} retaken"
+                "planned" + (f", {m['retakes']} measurement{'s' if m['retakes'] != 1 else ''} retaken"
+                             + (f", restoring {m['retake_pairs']} pair{'s' if m['retake_pairs'] != 1 else ''}"
+                                if m.get("retake_pairs") is not None else "")
                              if m.get("retakes") else "") + ")"),
         ("hardware", f"{fm.md(hw['name'])}, {hw['memory_bandwidth_gbs']:g} GB/s ({fm.md(hw['bandwidth_source'])})"),
         ("hosts", fm.md("; ".join(hosts), 1000)),
         ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),
         ("llama.cpp", fm.md(f"build {src.get('build_number')}, commit {src.get('commit')}, {source}")),
-        ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {plan['build_args'].get('CUDA_ARCHITECTURES')}"
-                                                  if plan["backend"] == "cuda" else ""))),
+        ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {arches}" if arches else ""))),
         ("cmake", " ".join(fm.code(a) for a in plan["cmake_args"]
                            if not a.startswith(("-DLLAMA_BUILD_NUMBER", "-DLLAMA_BUILD_COMMIT")))),
-        ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"),
+        ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"
+                     + _confirmation_note(summary)),
         ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
     ]
     if meta.builds:  # several builds: each one's image and source (their tables name them too)
         rows[4:6] = [("builds", fm.md("; ".join(f"{n}: {r['tag']} ({r['image_id'][:19]}), {builds.source_text(r)}"
                                                 for n, r in meta.builds.items()), 1000))]
+    unconfirmed = _unconfirmed(meta)
+    if unconfirmed:
+        rows.insert(2, ("plan", unconfirmed))
+    qw = summary.get("quiet_wait")
+    if qw:
+        rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
     devices = [f"{h}: " + "; ".join(d["line"] for d in e["devices"]["devices"])
                + (f" (llama.cpp told to use Vulkan {e['devices']['chosen']})" if e["devices"]["chosen"] is not None
                   else "")
@@ -130,6 +153,23 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     models = [[fm.md(k), fm.md(v["file"]), fm.size(v["size_bytes"]), fm.md(v.get("quantization") or "-"),
                fm.code(v["sha256"])] for k, v in meta.models.items()]
     return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
+
+
+def _quiet_wait(qw: dict[str, Any]) -> str:
+    """The header's line on --quiet-wait: the bound, and what the waits came to."""
+    out = (f"up to {fm.num(qw['bound_s'], 1)} s before each timed request, until other work on the host used less "
+           f"than {stats.DISTURBED_CORES:g} of a core (the server ready and idle)")
+    if qw["measurements"]:
+        out += (f": {qw['measurements']} measurements waited a median {fm.num(qw['waited_median_s'], 1)} s (at most "
+                f"{fm.num(qw['waited_max_s'], 1)} s); {qw['bound_reached']} reached the bound with the host still busy")
+    return out
+def _confirmation_note(summary: dict[str, Any]) -> str:
+    """Where a sweep's confirmation rounds are reported: in its own section, never in the run's tables."""
+    rounds = summary.get("confirmation_rounds")
+    if not rounds:
+        return ""
+    which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
+    return f"; {which} confirm the sweep's best two and are reported in the sweep section only, not in these tables"
 
 
 def _throughput(v: View) -> tuple[str, list[str]]:
@@ -176,10 +216,13 @@ def _speedups(v: View) -> str:
         part = f" (over {len(g['tasks'])} of {len(g['tasks']) + len(g['left_out'])} tasks)" \
             if g and g.get("left_out") else ""
         row.append(f"**{_speedup_text(g['estimate'], g['interval'], g['verdict'])}**{part}" if g else "-")
+        tasks = (g or {}).get("between_tasks")
+        row.append(fm.interval(tasks["low"], tasks["high"]) if tasks and tasks.get("low") is not None else "-")
         rows.append(row)
     if not rows:
         return "(no strategy with a baseline)"
-    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] + ["geomean"])
+    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] +
+                  ["geomean (for these prompts)", "for tasks like these"])
 
 
 def _notes(v: View, c: dict[str, Any]) -> list[str]:
@@ -363,17 +406,22 @@ def _determinism(v: View) -> str:
 
 
 def _family(fam: dict[str, Any]) -> str:
-    """The family rule beside the table, with the number of cells it covers."""
+    """What the printed table's marks guarantee, with the family they were judged in, and what its rounds could
+    mark."""
     if not fam["cells"]:
         return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
-    geo = (f"the {fam['geomeans']} geometric mean{'s are' if fam['geomeans'] != 1 else ' is'} a family of "
-           f"{'their' if fam['geomeans'] != 1 else 'its'} own ({fam['geomean_tests']} tests)")
-    return (f"Marks are judged as one family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''}, "
-            f"{fam['tests']} tests, Holm's procedure at 5% (all the marks of a table are right in 95% of tables); "
-            f"{geo}.")
+    text = (f"Every mark of this table, cells and geometric means alike, is judged in one family: "
+            f"{fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
+            f"mean{'s' if fam['geomeans'] != 1 else ''}, {fam['tests']} tests (differs from 1; within "
+            f"±{fm.pct(fam.get('band', 0.02))} by two one-sided tests), Holm's procedure at 5%: in 95% of tables no "
+            "mark of the table is wrong. The geometric mean's interval is for these prompts; the one for tasks like "
+            "these also counts how much tasks differ.")
+    sentence = (fam.get("power") or {}).get("sentence")
+    return f"{text} {sentence}" if sentence else text
 
 
-def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None) -> str:
+def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None, beside: str = "") -> str:
+    """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
     parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
@@ -392,12 +440,15 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     parts += builds_report.section(summary)
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
-        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()})", ""]
+        parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()}) {beside}".rstrip(), ""]
     parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", ""]
     for name, (table, _) in throughput:
         parts += builds_report.heading(summary, name, short=True) + [table, ""]
     if notes:
         parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
+    if summary.get("checks_ran"):
+        parts += ["Checks that ran (each says what it compared, also when it found nothing):", ""]
+        parts += [f"- {fm.md(x['sentence'], 1000)}" for x in summary["checks_ran"]] + [""]
     warnings = _warnings(v)
     if warnings:
         parts += ["### Stability warnings", ""] + warnings + [""]
@@ -454,19 +505,52 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     return "\n".join(parts)
 
 
+def completion_text(summary: dict[str, Any]) -> str:
+    """The run section's last words where cells lack a verdict the run could still give them: which, why, and the
+    one command that completes it (harness/analysis/completion.py); '' where there is none."""
+    c = summary.get("completion") or {}
+    if not c.get("command"):
+        return ""
+    v = View(summary)
+    cells = c["fillable"] or c["short_planned"]
+    names = ", ".join(f"{v.label(x['host'], x['strategy'])} / {fm.md(x['task'])}" for x in cells[:12])
+    names += f" and {len(cells) - 12} more" if len(cells) > 12 else ""
+    out = ["### To complete this run", ""]
+    if c["fillable"]:
+        what = [f"{n} measurement{'s' if n != 1 else ''} {w}"
+                for w, n in (("not made yet (the run was interrupted)", c["unmeasured"]),
+                             ("disturbed by other work", c["disturbed"]),
+                             ("failed while other work ran or where their cell succeeded", c["failed"])) if n]
+        cap = c["retake_cap"]
+        out.append(f"{len(cells)} cell{' has' if len(cells) == 1 else 's have'} no verdict (fewer than "
+                   f"{MIN_ROUNDS} paired rounds) that measuring again would give: {names}. To measure (again): "
+                   f"{'; '.join(what)}; "
+                   + (f"the run retook {c['retakes_made']} of its cap of {cap}" if cap is not None else
+                      "the run predates retakes") + ". This resumes it and measures them (the retakes where they "
+                   "restore the most pairs first):")
+    else:
+        out.append(f"{len(cells)} cell{' was' if len(cells) == 1 else 's were'} planned with fewer rounds than a "
+                   f"verdict needs ({MIN_ROUNDS}): {names}. "
+                   + ("This resumes the run with the rounds they lack:" if c["resumes"] else
+                      "Rounds follow the planned ones (a sweep's confirmation, --until), so the planned runs "
+                      "cannot grow; a new run with enough rounds:"))
+    out += ["", fm.code(c["command"], 1000), ""]
+    said = {"--retakes": "the run's new cap of retakes, the retakes already made counting against it",
+            "--quiet-wait": "each measurement first waits up to that long for a quiet host"}
+    notes = [f"{fm.code(f'{k} {val}')}: {said[k]}" for k, val in c["flags"].items() if k in said]
+    if notes and c["fillable"]:
+        out += ["; ".join(notes) + ".", ""]
+    return "\n".join(out)
+
+
 def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
     """A grouped bar chart of speedup per task per strategy (PNG), or None without a speculative strategy."""
     v = View(summary)
     cols = v.columns(speculative_only=True)
     if not cols:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     # Names come from the run folder: shown as plain text, never as mathtext ($...$) or LaTeX.
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         return _draw(plt, v, cols, summary, path)
 
 
@@ -486,11 +570,12 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
         xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
                hatch="//" if v.kinds[s].get("build") in later else None, color=colour.get((h, s), f"C{i % 10}"),
-               label=fm.visible(f"{h}: {s}" if v.several_hosts else s, 100))
+               label=plotting.label(f"{h}: {s}" if v.several_hosts else s))
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(tasks)), [fm.visible(t, 60) for t in tasks], rotation=30, ha="right", parse_math=False)
+    ax.set_xticks(range(len(tasks)), [plotting.label(t, 60) for t in tasks], rotation=30, ha="right",
+                  parse_math=False)
     ax.set_ylabel("speedup vs baseline (95% interval)")
-    ax.set_title(f"{fm.visible(summary['manifest']['name'], 100)}: paired decode speedup per task", parse_math=False)
+    ax.set_title(f"{plotting.label(summary['manifest']['name'])}: paired decode speedup per task", parse_math=False)
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
     fig.tight_layout()
@@ -502,14 +587,15 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
 
 
 def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
-          comparison: dict[str, Any] | None = None) -> list[Path]:
+          comparison: cmp.Comparison | None = None) -> list[Path]:
     """Write summary.json (+ plot.png) in each run folder and one Markdown report for all of them."""
     written: list[Path] = []
     sections = []
     names = []
+    summaries = {d: summarize(RunDir.open(d)) for d in run_dirs}  # a reused-server run is shown beside fresh ones
     for d in run_dirs:
         rd = RunDir.open(d)
-        summary = summarize(rd)
+        summary = summaries[d]
         schema.check("summary", summary, f"{rd.path}/summary.json")
         sp = rd.path / "summary.json"
         atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
@@ -518,12 +604,20 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         if png:
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}
-        written += extra.values()
-        sections.append(render_run(rd, summary, out_path, png) + tuning_report.section(summary, out_path, extra))
+        why = why_report.write_plots(summary, rd.path, list(summaries.values())) if plot else {}
+        written += [*extra.values(), *why.values()]
+        sections.append(render_run(rd, summary, out_path, png, why_report.image(why, "positions", out_path,
+                                                                                "acceptance by draft position"))
+                        + tuning_report.section(summary, out_path, extra)
+                        + why_report.section(summary, out_path, why, list(summaries.values()))
+                        + completion_text(summary))
         names.append(summary["manifest"]["name"])
+    parity = why_report.parity_section(explanation.report_parity(
+        [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))
+    sections += [parity] if parity else []
     if comparison is not None:
-        sections.append("\n".join([f"## Comparison: {fm.md(comparison['a']['run_id'])} (A) vs "
-                                   f"{fm.md(comparison['b']['run_id'])} (B)", "", "```",
+        sections.append("\n".join([f"## Comparison: {fm.md(comparison.a.run_id)} (A) vs "
+                                   f"{fm.md(comparison.b.run_id)} (B)", "", "```",
                                    cmp.text(comparison, "simple").replace("```", "'''"), "```", ""]))
     title = f"# Results: {fm.md(', '.join(dict.fromkeys(names)))}"
     body = "\n".join([title, "", "<!-- Generated by `invoke report` from the run folders below; edits are lost. -->",

@@ -14,7 +14,9 @@ per-stream decode rates, times to first token, inter-token latencies, and whethe
   measured and speculated (else at its highest level below N that did: N clients with fewer slots wait for one),
   paired with the baseline at N by round and prompt: aggregate(speculation) / aggregate(baseline at N), a
   Student-t interval over rounds of each round's mean log ratio. Batching overtakes speculation at the first N
-  whose interval lies below 1; the first N whose estimate lies below 1 is named too, as not yet certain."""
+  whose interval lies below 1; the first N whose estimate lies below 1 is named too, as not yet certain. That it
+  does not overtake is said only where the intervals show it: at every level, the interval above 1; a level whose
+  interval reaches 1 (or that has none) is one where it is not shown either way."""
 
 from __future__ import annotations
 
@@ -154,9 +156,21 @@ class Crossover:
     overtaken_at: int | None
     estimate_below_at: int | None
 
+    @property
+    def ahead_at(self) -> list[int]:
+        """The levels where speculation is ahead of batching: the interval lies above 1."""
+        return [x.streams for x in self.levels if x.ratio.low is not None and x.ratio.low > 1]
+
+    @property
+    def not_shown_at(self) -> list[int]:
+        """The levels where the interval reaches 1, or where there is none: neither ahead nor overtaken."""
+        return [x.streams for x in self.levels
+                if x.ratio.low is None or x.ratio.high is None or x.ratio.low <= 1 <= x.ratio.high]
+
     def as_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "baseline": self.baseline, "levels": [x.as_dict() for x in self.levels],
-                "overtaken_at": self.overtaken_at, "estimate_below_at": self.estimate_below_at}
+                "overtaken_at": self.overtaken_at, "estimate_below_at": self.estimate_below_at,
+                "ahead_at": self.ahead_at, "not_shown_at": self.not_shown_at}
 
 
 def crossover(name: str, baseline: str, spec: dict[int, Sequence[Sample]],

@@ -6,14 +6,18 @@ the whole round cancels. A task with several prompts pairs each prompt with itse
 mean over its prompts.
 
 A cell's speedup is exp(location) of its per-round log ratios (harness/analysis/inference.py: the mean below
-TRIM_FROM rounds, the 20%-trimmed mean from there), with a 95% interval whose variance is moderated toward the
-noise of the table's other cells on the same host. The geometric mean over tasks is the mean of the cells'
-locations, its interval made from the same cells' standard errors: estimate and interval of one quantity.
+TRIM_FROM rounds, the 20%-trimmed mean from there), with a 95% interval whose variance is the strategy's
+run-to-run variance plus its baseline's (each side's residuals after removing the round's common factor, estimated
+from the host's other units), each part moderated toward the noise of its kind on the same host. The geometric
+mean over tasks is the mean of the cells' locations, its interval made from the same cells' standard errors:
+estimate and interval of one quantity, for these prompts. Beside it, an interval for tasks like these: the spread
+of the per-task speedups over tasks (inference.between), which also counts how much tasks differ.
 
-Marks. Every cell with at least MIN_ROUNDS paired rounds contributes two hypotheses to its table's family: "no
-difference" (rejected: faster or slower) and "a difference of at least EQUIVALENCE_BAND" (rejected: equivalent).
-Holm's procedure over the whole family decides which are rejected, so a table's marks are all right in 95% of
-tables; the geometric means of a table are a family of their own."""
+Marks. Every cell and every geometric mean with at least MIN_ROUNDS paired rounds contributes two hypotheses to its
+table's family: "no difference" (rejected: faster or slower) and "a difference of at least EQUIVALENCE_BAND"
+(rejected: equivalent, by two one-sided tests). Holm's procedure over the whole printed table, cells and geometric
+means together, decides which are rejected, so all the marks of a table are right in 95% of tables. `Power` says
+what the rounds could have marked."""
 
 from __future__ import annotations
 
@@ -26,6 +30,9 @@ from enum import StrEnum
 
 from harness.analysis import inference as inf
 from harness.analysis.records import CellIndex, CellKey
+
+#: Speedups whose rounds a table's power line counts (the smallest marked and the rounds needed).
+POWER_TARGETS = (1.10,)
 
 #: Speedups within this fraction of 1 (in log terms) are practically equal.
 EQUIVALENCE_BAND = 0.02
@@ -52,6 +59,7 @@ class Judgement:
     p_adjusted: float | None = None
     family: int = 0
     band: float = EQUIVALENCE_BAND
+    smallest: float | None = None  # the smallest |log speedup| this cell's rounds could mark (inference)
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class Speedup:
     tasks: tuple[str, ...] = ()  # what a geometric mean averages
     left_out: tuple[str, ...] = ()  # tasks a geometric mean leaves out (fewer than MIN_ROUNDS rounds)
     est: inf.Estimate | None = None
+    between: inf.Interval | None = None  # a geometric mean's interval for tasks like these (random effects)
 
     @property
     def verdict(self) -> Verdict:
@@ -98,60 +107,154 @@ def _by_round_prompt(index: CellIndex, key: CellKey) -> dict[tuple[int, str], fl
 
 
 @dataclass(frozen=True)
+class Power:
+    """What a table's rounds could mark (inference.smallest_marked at the family's first step, `family` its tests):
+    the smallest
+    speedup a cell of median noise would be marked faster with (its slowdown counterpart is the reciprocal), the
+    same for the noisiest quarter's boundary and for the geometric means, and the rounds a cell of median noise
+    would need for each of POWER_TARGETS."""
+
+    family: int
+    rounds: int
+    cells: float | None
+    noisiest: float | None
+    geomeans: float | None
+    rounds_for: dict[float, int | None]
+
+
+@dataclass(frozen=True)
 class SpeedupTable:
-    """Every cell's speedup and each strategy's geometric mean over tasks, per host, with the priors used."""
+    """Every cell's speedup and each strategy's geometric mean over tasks, per host, with the priors used; cells and
+    geometric means are one family."""
 
     cells: dict[CellKey, Speedup]
     geomeans: list[Speedup]
-    priors: dict[str, inf.Prior]
+    priors: dict[str, inf.Priors]
     band: float
 
     @property
     def family_size(self) -> int:
-        return next((s.judgement.family for s in self.cells.values() if s.judgement.family), 0)
+        """Tests in the table's family (two per judged cell and geometric mean)."""
+        return next((s.judgement.family for s in [*self.cells.values(), *self.geomeans] if s.judgement.family), 0)
 
-    @property
-    def geomean_family_size(self) -> int:
-        return next((g.judgement.family for g in self.geomeans if g.judgement.family), 0)
+    def power(self) -> Power:
+        """What these rounds could mark (see `Power`)."""
+        judged = [s for s in self.cells.values() if s.judgement.smallest is not None]
+        geo = [g.judgement.smallest for g in self.geomeans if g.judgement.smallest is not None]
+        fam = self.family_size
+        if not judged:
+            return Power(fam, 0, None, None, None, {t: None for t in POWER_TARGETS})
+        small = sorted(s.judgement.smallest for s in judged)
+        mid = sorted(judged, key=lambda s: s.judgement.smallest)[len(judged) // 2]
+        return Power(fam, int(statistics.median(s.n for s in judged)), math.exp(small[len(small) // 2]),
+                     math.exp(small[(3 * len(small)) // 4]), math.exp(statistics.median(geo)) if geo else None,
+                     {t: rounds_to_mark(mid.est, fam, math.log(t)) for t in POWER_TARGETS})
 
-    def marks(self) -> dict[Verdict, int]:
-        out: dict[Verdict, int] = defaultdict(int)
-        for s in self.cells.values():
-            out[s.verdict] += 1
-        return dict(out)
+
+def rounds_to_mark(est: inf.Estimate | None, family: int, effect: float, limit: int = 200) -> int | None:
+    """Rounds a cell with this noise would need for `effect` (log) to be the smallest it could mark, its variance per
+    round as measured and its degrees of freedom growing with its own (None: not within `limit`)."""
+    if est is None or not est.testable or est.se == 0:
+        return None
+    factor, df = inf.shape(est.n)
+    per_round, extra = est.se ** 2 / factor, (est.df / df if df > 0 else 1.0)
+    for m in range(2, limit + 1):
+        f, d = inf.shape(m)
+        e = inf.Estimate(0.0, math.sqrt(per_round * f), min(d * extra, inf.MAX_DF), m, est.method, est.moderated)
+        small = inf.smallest_marked(e, family)
+        if small is not None and small <= effect:
+            return m
+    return None
+
+
+def _series(index: CellIndex, host: str) -> dict[tuple[str, str, str], dict[int, float]]:
+    """Every unit of a host (strategy, task, prompt) with its log tok/s per round."""
+    out: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
+    for k in index.keys:
+        if k.host == host:
+            for (rd, prompt), v in _by_round_prompt(index, k).items():
+                out[(k.strategy, k.task, prompt)][rd] = math.log(v)
+    return out
+
+
+def _paired(index: CellIndex, key: CellKey, baseline: str, effects: inf.RoundEffects) -> inf.Paired:
+    """A cell's paired log ratios per round with its two sides' residuals in the same rounds (None where the round
+    factor cannot be estimated without the cell's own units)."""
+    s = _by_round_prompt(index, key)
+    b = _by_round_prompt(index, CellKey(key.host, baseline, key.task))
+    common = sorted(s.keys() & b.keys())
+    mine = frozenset({(key.strategy, key.task, p) for _, p in s} | {(baseline, key.task, p) for _, p in b})
+    factors = effects.factors(mine)
+    rounds = sorted({rd for rd, _ in common})
+    logs = [statistics.fmean(math.log(s[rp] / b[rp]) for rp in common if rp[0] == rd) for rd in rounds]
+    if factors is None:
+        return inf.Paired(logs, baseline_key=(baseline, key.task))
+    res_s = {p: effects.residuals((key.strategy, key.task, p), factors) for _, p in common}
+    res_b = {p: effects.residuals((baseline, key.task, p), factors) for _, p in common}
+    side_s = [statistics.fmean(res_s[p][rd] for r2, p in common if r2 == rd) for rd in rounds]
+    side_b = [statistics.fmean(res_b[p][rd] for r2, p in common if r2 == rd) for rd in rounds]
+    return inf.Paired(logs, side_s, side_b, (baseline, key.task))
 
 
 def table(index: CellIndex, baselines: Mapping[str, str | None], band: float = EQUIVALENCE_BAND) -> SpeedupTable:
-    """The speedups of every cell that has a baseline, judged as one family; the geometric means as another."""
+    """The speedups of every cell that has a baseline and each strategy's geometric mean, judged as one family."""
     keys = [k for k in index.keys if baselines.get(k.strategy)]
-    return table_of({k: paired_logs(index, k, baselines[k.strategy]) for k in keys}, baselines, index.hosts, band)
+    logs = {k: paired_logs(index, k, baselines[k.strategy]) for k in keys}
+    ests: dict[CellKey, inf.Estimate | None] = {}
+    priors: dict[str, inf.Priors] = {}
+    for host in index.hosts:
+        hk = [k for k in keys if k.host == host]
+        effects = inf.RoundEffects(_series(index, host))
+        found, priors[host] = inf.paired_estimates([_paired(index, k, baselines[k.strategy], effects) for k in hk])
+        ests.update(zip(hk, found, strict=True))
+    return _table(logs, ests, baselines, priors, band)
 
 
 def table_of(logs: Mapping[CellKey, dict[int, float]], baselines: Mapping[str, str | None], hosts: Sequence[str],
              band: float = EQUIVALENCE_BAND) -> SpeedupTable:
-    """A table of paired log ratios per cell and round (what `table` pairs, or any other paired comparison such as
-    one build against another): each cell's estimate moderated toward its host's cells, the cells judged as one
-    family, the geometric means over tasks as another."""
-    keys = list(logs)
+    """A table of paired log ratios per cell and round of any other paired comparison (one build against another):
+    each cell's whole paired variance moderated toward its host's cells (no round factor to take out: the two
+    sides are not a strategy and its baseline), the cells and geometric means judged as one family."""
     ests: dict[CellKey, inf.Estimate | None] = {}
-    priors: dict[str, inf.Prior] = {}
+    priors: dict[str, inf.Priors] = {}
     for host in hosts:
-        hk = [k for k in keys if k.host == host]
-        found, priors[host] = inf.estimates([inf.locate(list(logs[k].values())) for k in hk])
+        hk = [k for k in logs if k.host == host]
+        found, priors[host] = inf.paired_estimates([inf.Paired(list(logs[k].values())) for k in hk])
         ests.update(zip(hk, found, strict=True))
-    judged = [k for k in keys if (e := ests[k]) is not None and e.n >= MIN_ROUNDS and e.testable]
-    verdicts = judge([ests[k] for k in judged], band)
+    return _table(logs, ests, baselines, priors, band)
+
+
+def _table(logs: Mapping[CellKey, dict[int, float]], ests: Mapping[CellKey, inf.Estimate | None],
+           baselines: Mapping[str, str | None], priors: dict[str, inf.Priors], band: float) -> SpeedupTable:
     cells = {}
-    for k in keys:
+    for k in logs:
         e = ests[k]
         ok = e is not None and e.n >= MIN_ROUNDS
         cells[k] = Speedup(k.host, k.strategy, k.task, baselines[k.strategy],
                            math.exp(e.estimate) if e is not None else None,
-                           inf.Interval.of(e if ok else None) if ok else _none(e),
-                           verdicts.get(judged.index(k), Judgement(Verdict.TOO_FEW)) if k in judged
-                           else Judgement(Verdict.TOO_FEW),
+                           inf.Interval.of(e) if ok else _none(e), Judgement(Verdict.TOO_FEW),
                            {rd: math.exp(v) for rd, v in logs[k].items()}, (k.task,), (), e)
-    return SpeedupTable(cells, geomeans(cells, band), priors, band)
+    geos = geomeans(cells)
+    return SpeedupTable(*_judged(cells, geos, band), priors, band)
+
+
+def _judgeable(s: Speedup) -> bool:
+    return s.est is not None and s.n >= MIN_ROUNDS and s.est.testable
+
+
+def _judged(cells: dict[CellKey, Speedup], geos: list[Speedup], band: float
+            ) -> tuple[dict[CellKey, Speedup], list[Speedup]]:
+    """Cells and geometric means with their judgements, all of them one family."""
+    items = [*cells.values(), *geos]
+    judged = [s for s in items if _judgeable(s)]
+    verdicts = judge([s.est for s in judged], band)
+    by_id = {id(s): verdicts[i] for i, s in enumerate(judged)}
+
+    def with_verdict(s: Speedup) -> Speedup:
+        j = by_id.get(id(s))
+        return s if j is None else Speedup(**{**s.__dict__, "judgement": j})
+
+    return {k: with_verdict(s) for k, s in cells.items()}, [with_verdict(g) for g in geos]
 
 
 def _none(e: inf.Estimate | None) -> inf.Interval:
@@ -159,14 +262,15 @@ def _none(e: inf.Estimate | None) -> inf.Interval:
 
 
 def judge(ests: Sequence[inf.Estimate], band: float) -> dict[int, Judgement]:
-    """One family: for each estimate, "differs from 0" and "within ±band" (logs), Holm over all of them."""
+    """One family: for each estimate, "differs from 0" and "within ±band" (logs, two one-sided tests), Holm over
+    all of them."""
     if not ests:
         return {}
     lb = math.log1p(band)
     pd = [e.p_differs() for e in ests]
-    pw = [e.p_within(lb) for e in ests]
-    adj = inf.holm_adjusted(pd + pw)
+    pw = [e.p_equivalent(lb) for e in ests]
     m = len(ests)
+    adj = inf.holm_adjusted(pd + pw)
     out = {}
     for i, e in enumerate(ests):
         a_d, a_w = adj[i], adj[m + i]
@@ -176,28 +280,24 @@ def judge(ests: Sequence[inf.Estimate], band: float) -> dict[int, Judgement]:
             v, a = (Verdict.FASTER if e.estimate > 0 else Verdict.SLOWER), a_d
         else:
             v, a = Verdict.NOT_SIGNIFICANT, min(a_d, a_w)
-        out[i] = Judgement(v, pd[i], pw[i], a, 2 * m, band)
+        out[i] = Judgement(v, pd[i], pw[i], a, 2 * m, band, inf.smallest_marked(e, 2 * m))
     return out
 
 
-def geomeans(cells: Mapping[CellKey, Speedup], band: float = EQUIVALENCE_BAND) -> list[Speedup]:
+def geomeans(cells: Mapping[CellKey, Speedup]) -> list[Speedup]:
     """Per host and strategy, the geometric mean over the tasks with at least MIN_ROUNDS paired rounds (the
-    others are named, left out); the geometric means of one table are one family."""
+    others are named, left out), with its interval for these prompts and, beside it, for tasks like these; not yet
+    judged (the table judges them with its cells)."""
     groups: dict[tuple[str, str], list[Speedup]] = defaultdict(list)
     for s in cells.values():
         groups[(s.host, s.strategy)].append(s)
-    made = []
-    for (host, strategy), ss in groups.items():
-        use = [s for s in ss if s.est is not None and s.n >= MIN_ROUNDS and s.est.testable]
-        est = inf.combine([s.est for s in use]) if use else None
-        made.append((host, strategy, ss[0].baseline, est, tuple(s.task for s in use),
-                     tuple(s.task for s in ss if s not in use)))
-    judged = [i for i, x in enumerate(made) if x[3] is not None]
-    verdicts = judge([made[i][3] for i in judged], band)
     out = []
-    for i, (host, strategy, base, est, tasks, left) in enumerate(made):
-        j = verdicts.get(judged.index(i)) if i in judged else None
-        out.append(Speedup(host, strategy, None, base, None if est is None else math.exp(est.estimate),
-                           inf.Interval.of(est) if est is not None else _none(None), j or Judgement(Verdict.TOO_FEW),
-                           {}, tasks, left, est))
+    for (host, strategy), ss in groups.items():
+        use = [s for s in ss if _judgeable(s)]
+        est = inf.combine([s.est for s in use]) if use else None
+        tasks = inf.between([s.est.estimate for s in use])
+        out.append(Speedup(host, strategy, None, ss[0].baseline, None if est is None else math.exp(est.estimate),
+                           inf.Interval.of(est) if est is not None else _none(None), Judgement(Verdict.TOO_FEW),
+                           {}, tuple(s.task for s in use), tuple(s.task for s in ss if s not in use), est,
+                           inf.Interval.of(tasks) if tasks is not None else None))
     return out

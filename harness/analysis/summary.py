@@ -13,9 +13,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from harness.analysis import builds, checks, stats, tuning, words
+from harness import formatter as fm
+from harness.analysis import builds, checks, completion, explanation, gaps, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
+from harness.analysis import speedups as sp
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
 from harness.analysis.speedups import Speedup
 from harness.models import passbytes
@@ -49,7 +51,28 @@ def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
 def _verdict(s: Speedup) -> dict[str, Any]:
     j = s.judgement
     return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": _r(j.p_differs, 6),
-            "p_within": _r(j.p_within, 6), "p_adjusted": _r(j.p_adjusted, 6), "family": j.family}
+            "p_within": _r(j.p_within, 6), "p_adjusted": _r(j.p_adjusted, 6), "family": j.family,
+            "smallest_marked": None if j.smallest is None else _r(math.exp(j.smallest), 4)}
+
+
+def _prior(p: inf.Prior) -> dict[str, Any]:
+    return {"d0": _r(p.d0, 2), "sd": _r(p.sd, 5), "cells": p.cells}
+
+
+def _family(table: sp.SpeedupTable) -> dict[str, Any]:
+    """The family the printed table's marks are judged in, the priors its variances were moderated with, and what
+    its rounds could mark."""
+    pw = table.power()
+    return {"cells": len([c for c in table.cells.values() if c.judgement.family]),
+            "geomeans": len([g for g in table.geomeans if g.judgement.family]),
+            "tests": table.family_size, "method": "holm", "alpha": inf.ALPHA,
+            "band": table.band,
+            "priors": {h: {"strategy": _prior(p.strategy), "baseline": _prior(p.baseline), "paired": _prior(p.paired)}
+                       for h, p in table.priors.items()},
+            "power": {"family": pw.family, "rounds": pw.rounds, "cells": _r(pw.cells, 4),
+                      "noisiest_quarter": _r(pw.noisiest, 4), "geomeans": _r(pw.geomeans, 4),
+                      "rounds_for": {f"{t:.2f}": n for t, n in pw.rounds_for.items()},
+                      "sentence": words.power(pw)}}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -71,7 +94,8 @@ def summarize(rd: RunDir) -> dict[str, Any]:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
     meta = rd.read_meta()
     records = rd.measurements()
-    index = CellIndex(records)
+    everything = CellIndex(records)
+    index, _ = tuning.split(meta, everything)  # a sweep's confirmation rounds have their own table
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
     run_stats = stats.analyze(index, baselines, meta.protocol)
     cells, missing = [], []
@@ -99,6 +123,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         _determinism(cells, index, host, meta)
     _speculation(cells, index, meta)
     table = run_stats.table
+    interference = interference_summary(everything, meta.plan.hosts)
     return {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
         "protocol": meta.protocol, "manifest": {"name": meta.manifest["name"], "sha256": meta.manifest["sha256"]},
@@ -107,28 +132,28 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "strategies": [{"id": s.id, "spec_type": s.spec_type, "model": s.model, "baseline": s.baseline}
                        | ({"build": s.build} if s.build else {}) for s in meta.planned_strategies()],
         "tasks": meta.plan.tasks, "hosts": meta.plan.hosts, "runs": meta.plan.runs,
-        "measurements": {"recorded": len(records), "ok": sum(m.ok for m in index.measurements),
-                         "failed": sum(not m.ok for m in index.measurements),
-                         "retakes": index.retakes,
+        "measurements": {"recorded": len(records), "ok": sum(m.ok for m in everything.measurements),
+                         "failed": sum(not m.ok for m in everything.measurements),
+                         "retakes": everything.retakes,
+                         "retake_pairs": gaps.restored_by_retakes(everything.measurements, baselines,
+                                                                  everything.busy),
                          "planned": meta.plan.measurements + _extra_planned(meta),
                          "torn_last_line": rd.torn_last_line},
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
         "geomeans": [_geomean(g) for g in table.geomeans],
-        "family": {"cells": len([c for c in table.cells.values() if c.judgement.family]),
-                   "tests": table.family_size,
-                   "geomeans": len([g for g in table.geomeans if g.judgement.family]),
-                   "geomean_tests": table.geomean_family_size, "method": "holm",
-                   "alpha": inf.ALPHA,
-                   "priors": {h: {"d0": None if p.d0 == float("inf") else _r(p.d0, 2), "sd": _r(p.sd, 5),
-                                  "cells": p.cells} for h, p in table.priors.items()}},
-        "interference": interference_summary(index, meta.plan.hosts),
+        "family": _family(table),
+        "interference": interference,
+        "checks_ran": checks_ran(cells, interference, meta),
         "rules": {"speedup": words.speedup_rule(),
                   "contamination": words.contamination_rule(),
                   "interference": words.interference_rule(stats.DISTURBED_CORES, MAX_DISTURBED_SHARE,
                                                                meta.plan.retake_cap)},
         "convergence": _convergence(meta, index, baselines),
         "sensitivity": sensitivity(index, meta),
-    } | tuning.summary(meta, index) | _builds(meta, index)
+        "quiet_wait": quiet_wait_summary(meta, everything),
+        "completion": completion.of(meta, everything).as_dict(),
+    } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table) \
+        | _builds(meta, index)
 
 
 def _builds(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
@@ -257,11 +282,16 @@ def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.Pas
     k, v = passbytes.cache_types(ok[0].get("server_command") or [])
     return passbytes.per_pass(target, statistics.median(depths), k_type=k, v_type=v, draft=draft,
                               steps=statistics.median(steps) if s.speculative else 0.0,
-                              mtp=s.spec_type == "draft-mtp")
+                              mtp=passbytes.nextn_draft(s.spec_type))
 
 
 def _geomean(g: Speedup) -> dict[str, Any]:
+    """A geometric mean: its interval for these prompts (what the mark judges) and, beside it, for tasks like
+    these (the spread over tasks; null below two tasks)."""
     return {"host": g.host, "strategy": g.strategy, "estimate": _r(g.estimate, 4), "interval": _interval(g.interval),
+            "interval_scope": "these prompts",
+            "between_tasks": None if g.between is None else
+            _interval(g.between) | {"scope": "tasks like these", "note": words.between_note(g.between)},
             "verdict": _verdict(g), "tasks": list(g.tasks), "left_out": list(g.left_out)}
 
 
@@ -338,6 +368,19 @@ def _speculation(cells: list[dict[str, Any]], index: CellIndex, meta: RunMeta) -
                     c["checks"]["speculation"] = check
 
 
+def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None:
+    """A run that waited for a quiet host before its measurements (--quiet-wait): the bound, how many waited, how
+    long (median, max), and how many met the bound with the host still busy. None for a run that never waited."""
+    waits = [w for m in index.measurements if (w := (m.raw.get("quiet") or {}).get("wait"))]
+    if not waits and not meta.plan.quiet_wait_s:
+        return None
+    waited = [w["waited_s"] for w in waits]
+    return {"bound_s": meta.plan.quiet_wait_s or max((w["bound_s"] for w in waits), default=0.0),
+            "measurements": len(waits), "waited_median_s": _r(statistics.median(waited)) if waited else None,
+            "waited_max_s": _r(max(waited)) if waited else None,
+            "bound_reached": sum(1 for w in waits if not w["quiet"] and w.get("others_cores") is not None)}
+
+
 def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:
     """Per host: how many measurements other work disturbed, how much it used, which, and how many were retaken."""
     out = {}
@@ -386,6 +429,40 @@ def _determinism(cells: list[dict[str, Any]], index: CellIndex, host: str, meta:
         if first_bad and n_same:
             d["sentence"] = f"{n_same}/{len(verdicts)} runs identical; {first_bad.sentence}"
         c["checks"]["determinism"] = d
+
+
+def checks_ran(cells: list[dict[str, Any]], interference: dict[str, Any], meta: RunMeta) -> list[dict[str, Any]]:
+    """One line per check, whether it found anything or not: what it compared, in how many cells and runs, and what
+    it found (a check that passes is otherwise invisible)."""
+    def check(c: dict[str, Any], name: str) -> dict[str, Any]:
+        return c["checks"][name]
+
+    con = [c for c in cells if "contamination" in c["checks"]]
+    data = [check(c, "contamination")["data"] for c in con]
+    flagged = sum(check(c, "contamination")["flagged"] for c in con)
+    out = [("contamination", flagged, words.contamination_ran(
+        len(con), sum(c["runs_ok"] for c in con), sum(d["fingerprint"]["identical"] for d in data),
+        sum(c["draft_n"] > 0 for c in con), sum(d["trend"]["testable"] for d in data),
+        max((d["family"] for d in data), default=0), flagged, meta.protocol == "reuse-server"))]
+    det = [c for c in cells if "determinism" in c["checks"]]
+    spec = [c for c in det if meta.strategy(c["strategy"]).speculative]
+    base = [c for c in det if not meta.strategy(c["strategy"]).speculative]
+    same = sum(1 for c in spec if not check(c, "determinism")["flagged"])
+    unstable = sum(check(c, "determinism")["flagged"] for c in base)
+    out.append(("determinism", len(spec) - same + unstable, words.determinism_ran(
+        len({(c["host"], c["strategy"]) for c in spec}), len(spec),
+        sum(check(c, "determinism")["data"].get("runs", 1) for c in spec), same, len(base), len(base) - unstable)))
+    phy = [check(c, "physics") for c in cells if "physics" in c["checks"]]
+    bw = sorted({f"{fm.gbs(x['data']['bandwidth_gbs'])} ({x['data']['bandwidth_source']})" for x in phy})
+    above = sum(x["flagged"] for x in phy)
+    out.append(("physics", above, words.physics_ran(len(phy), above, max((x["data"]["fraction"] for x in phy),
+                                                                           default=None), ", ".join(bw))))
+    inter = list(interference.values())
+    disturbed = sum(x["disturbed"] for x in inter)
+    out.append(("interference", disturbed, words.interference_ran(
+        sum(x["measured"] for x in inter), disturbed, sum(x["retaken"] for x in inter),
+        [h for h, x in interference.items() if x["kept"]])))
+    return [{"check": name, "found": found, "sentence": sentence} for name, found, sentence in out]
 
 
 def _determinism_totals(cells: list[dict[str, Any]], meta: RunMeta) -> dict[str, Any]:

@@ -1,16 +1,16 @@
-"""An honest winner of a sweep: the best combination with its interval, the combinations not distinguishable
-from it (family-controlled), and the confirmation rounds that measure the winner and the runner-up again.
+"""An honest winner of a sweep: the best combination with its figure, the combinations not distinguishable from
+it (family-controlled), the confirmation rounds that measure the best two again, and a winner named only where
+the best two are distinguishable.
 
 Pure functions of plain numbers: per combination, per task, per round, the paired speedup against the baseline
 (the strategy's tok/s over the baseline's on the same task, prompt and host in the same round). A round is a
 block: every combination ran in it beside the same baseline, so two combinations are compared round by round
 and whatever the machine did to the round cancels.
 
-- Figures: per task, the geometric mean of the paired ratios over rounds (the speedup table's estimate below 10
-  rounds) with a Student-t interval on the logs of this cell alone (scipy.stats.ttest_1samp; the speedup table
-  moderates a cell's variance toward the table's, a sweep's comparison stays within its own rounds); overall, the
-  geometric mean over tasks, with a Student-t interval over rounds of each round's mean log ratio across tasks
-  (whole rounds travel together).
+- Figures: each combination's speedup per task and over tasks is the speedup table's (harness/analysis/
+  speedups.py), passed in: the selection rounds' table for the sweep, a table of the confirmation rounds alone
+  for the confirmation. A figure has one interval wherever the report prints it, and selection and confirmation
+  rounds never share a figure.
 - Not distinguishable from the best: each other combination against the best, paired by round (a two-sided
   one-sample t-test on the per-round log ratio of the two, scipy.stats.ttest_1samp), the p-values adjusted with
   Holm's step-down method over the family of comparisons (harness/analysis/inference.py, as the speedup table's
@@ -20,9 +20,12 @@ and whatever the machine did to the round cancels.
   false discovery rate. Holm controls it under any dependence (every comparison shares the best's rounds) and is
   uniformly more powerful than Bonferroni. Two-sided tests: the best was chosen by the same data, so its lead is
   biased upward and a one-sided test would call differences too readily.
-- Confirmation: the winner and the runner-up measured again in fresh rounds after the sweep. The best of many
-  noisy combinations is biased upward (the winner's curse); figures from rounds that played no part in choosing
-  it are not. The confirmed figure is the headline, the sweep figure beside it."""
+- Confirmation: the best two measured again in fresh rounds after the sweep. The best of many noisy combinations
+  is biased upward (the winner's curse); figures from rounds that played no part in choosing it are not.
+- The winner: named only when it is distinguishable from the runner-up: in the confirmation rounds, when the
+  95% interval of the one over the other, paired by round, excludes 1 (the one ahead wins, even the sweep's
+  runner-up); without confirmation rounds, when the runner-up is worse than the best at the sweep's family-wise
+  level. Otherwise the best two are not distinguishable and no winner is named."""
 
 from __future__ import annotations
 
@@ -67,6 +70,10 @@ class Figure:
 NO_FIGURE = Figure(None, None, None, 0)
 
 
+#: combination -> task (None: the geometric mean over tasks) -> its figure, from a speedup table.
+Figures = Mapping[str, Mapping[str | None, Figure]]
+
+
 def _t_interval(logs: Sequence[float]) -> tuple[float | None, float | None]:
     xs = np.asarray([x for x in logs if math.isfinite(x)], dtype=float)
     if len(xs) < 2:
@@ -77,39 +84,18 @@ def _t_interval(logs: Sequence[float]) -> tuple[float | None, float | None]:
     return math.exp(ci.low), math.exp(ci.high)
 
 
-def task_figure(rounds: Mapping[int, float]) -> Figure:
-    """One task's speedup: the geometric mean over rounds, Student-t interval on the logs."""
-    logs = [math.log(v) for v in rounds.values() if v and v > 0]
-    if not logs:
-        return NO_FIGURE
-    lo, hi = _t_interval(logs)
-    return Figure(math.exp(statistics.fmean(logs)), lo, hi, len(logs))
-
-
-def round_logs(per_task: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
-    """Each round's mean log ratio over the tasks that have one in it (the round's geometric mean)."""
-    by: dict[int, list[float]] = {}
-    for rounds in per_task.values():
-        for r, v in rounds.items():
-            if v and v > 0:
-                by.setdefault(r, []).append(math.log(v))
-    return {r: statistics.fmean(xs) for r, xs in sorted(by.items())}
-
-
-def overall_figure(per_task: Mapping[str, Mapping[int, float]]) -> Figure:
-    """The geometric mean over tasks of the per-task figures; Student-t interval over rounds of each round's
-    mean log ratio across tasks."""
-    meds = [f.estimate for f in (task_figure(r) for r in per_task.values()) if f.estimate]
-    if not meds:
-        return NO_FIGURE
-    logs = round_logs(per_task)
-    lo, hi = _t_interval(list(logs.values()))
-    return Figure(math.exp(statistics.fmean(math.log(m) for m in meds)), lo, hi, len(logs))
+def _geomean(per_task: Mapping[str, Mapping[int, float]]) -> float | None:
+    """The geometric mean over tasks of each task's geometric mean over rounds (the table's estimate below
+    TRIM_FROM rounds)."""
+    means = [statistics.fmean(math.log(v) for v in rounds.values() if v and v > 0)
+             for rounds in per_task.values() if any(v and v > 0 for v in rounds.values())]
+    return math.exp(statistics.fmean(means)) if means else None
 
 
 def rank(ratios: Ratios) -> list[tuple[str, float]]:
-    """Combinations by their overall figure, best first (those without a paired round are left out)."""
-    figs = [(c, overall_figure(per_task).estimate) for c, per_task in ratios.items()]
+    """Combinations by their geometric mean over tasks, best first (those without a paired round are left out):
+    how the run chooses the two it confirms."""
+    figs = [(c, _geomean(per_task)) for c, per_task in ratios.items()]
     return sorted(((c, e) for c, e in figs if e is not None), key=lambda x: -x[1])
 
 
@@ -190,11 +176,11 @@ def _ratio_figure(logs: Mapping[int, float]) -> Figure:
     return Figure(math.exp(statistics.fmean(logs.values())), lo, hi, len(logs))
 
 
-def select(ratios: Ratios, task: str | None = None) -> Selection | None:
-    """The best combination in one task (or over all tasks: task None) and each other one against it, Holm over
-    the family of comparisons; None when no combination has a paired round there."""
+def select(ratios: Ratios, figures: Figures, task: str | None = None) -> Selection | None:
+    """The best combination in one task (or over all tasks: task None) by its figure, and each other one against
+    it, Holm over the family of comparisons; None when no combination has a figure there."""
     scoped = {c: ({task: per_task.get(task, {})} if task is not None else per_task) for c, per_task in ratios.items()}
-    figs = {c: (task_figure(pt[task]) if task is not None else overall_figure(pt)) for c, pt in scoped.items()}
+    figs = {c: figures.get(c, {}).get(task, NO_FIGURE) for c in ratios}
     ranked = sorted((c for c in figs if figs[c].estimate is not None), key=lambda c: -figs[c].estimate)
     if not ranked:
         return None
@@ -231,22 +217,27 @@ class Confirmation:
                 "winner_vs_runner_up": self.winner_vs_runner_up.as_dict()}
 
 
-def confirm(confirm_ratios: Ratios, winner: str, runner_up: str | None) -> Confirmation | None:
-    """The confirmation figures from the rounds after the sweep alone; None without any such round."""
+def confirm(confirm_ratios: Ratios, figures: Figures, winner: str, runner_up: str | None) -> Confirmation | None:
+    """The confirmation figures (`figures`: from the rounds after the sweep alone) and the best two against each
+    other, paired by round; None without any such round."""
     w = confirm_ratios.get(winner, {})
     rounds = sorted({r for per in confirm_ratios.values() for rr in per.values() for r in rr})
     if not rounds or not any(w.values()):
         return None
     ru = confirm_ratios.get(runner_up, {}) if runner_up else {}
-    return Confirmation(tuple(rounds), winner, runner_up, overall_figure(w), overall_figure(ru) if ru else NO_FIGURE,
-                        {t: task_figure(r) for t, r in w.items() if r}, {t: task_figure(r) for t, r in ru.items() if r},
-                        _ratio_figure(paired(w, ru)) if ru else NO_FIGURE)
+
+    def tasks(c: str | None) -> dict[str, Figure]:
+        return {t: f for t, f in figures.get(c, {}).items() if t is not None} if c else {}
+
+    return Confirmation(tuple(rounds), winner, runner_up, figures.get(winner, {}).get(None, NO_FIGURE),
+                        figures.get(runner_up, {}).get(None, NO_FIGURE) if ru else NO_FIGURE, tasks(winner),
+                        tasks(runner_up) if ru else {}, _ratio_figure(paired(w, ru)) if ru else NO_FIGURE)
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    """A swept entry: its combinations, the overall and per-task selections from the sweep's rounds, and the
-    confirmation of the winner (the overall best) and the runner-up."""
+    """A swept entry: its combinations, the overall and per-task selections from the sweep's rounds, the
+    confirmation of the best two, and the winner when the best two are distinguishable (else None)."""
 
     family: str
     host: str
@@ -254,12 +245,25 @@ class SweepResult:
     overall: Selection | None
     tasks: tuple[Selection, ...]
     confirmation: Confirmation | None
+    winner: str | None = None
+    decided_by: str | None = None  # "confirmation" or "selection": which rounds told the best two apart
+
+    @property
+    def best_two(self) -> tuple[str, str | None] | None:
+        """The two the winner is told apart from: the confirmed two, else the sweep's best and runner-up."""
+        if self.confirmation is not None:
+            return self.confirmation.winner, self.confirmation.runner_up
+        if self.overall is None:
+            return None
+        return self.overall.best, next((c.combination for c in self.overall.candidates[1:2]), None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"family": self.family, "host": self.host, "combinations": list(self.combinations),
                 "overall": self.overall.as_dict() if self.overall else None,
                 "tasks": [s.as_dict() for s in self.tasks],
-                "confirmation": self.confirmation.as_dict() if self.confirmation else None}
+                "confirmation": self.confirmation.as_dict() if self.confirmation else None,
+                "winner": self.winner, "decided_by": self.decided_by,
+                "best_two": list(self.best_two) if self.best_two else None}
 
 
 def split_rounds(ratios: Ratios, confirm_from: int | None) -> tuple[dict, dict]:
@@ -271,13 +275,35 @@ def split_rounds(ratios: Ratios, confirm_from: int | None) -> tuple[dict, dict]:
     return keep(lambda r: r < confirm_from), keep(lambda r: r >= confirm_from)
 
 
+def winner(overall: Selection | None, conf: Confirmation | None) -> tuple[str | None, str | None]:
+    """(the winner, the rounds that told it apart) when the best two are distinguishable, else (None, None)."""
+    if conf is not None and conf.runner_up is not None:
+        vs = conf.winner_vs_runner_up
+        if vs.low is not None and vs.low > 1:
+            return conf.winner, "confirmation"
+        if vs.high is not None and vs.high < 1:
+            return conf.runner_up, "confirmation"
+        return None, None
+    if overall is None:
+        return None, None
+    runner_up = overall.candidates[1:2]  # candidates come best first
+    return (overall.best, "selection") if not runner_up or runner_up[0].distinguishable else (None, None)
+
+
 def analyse(family: str, host: str, ratios: Ratios, tasks: Sequence[str], confirm_from: int | None,
-            confirmed: Sequence[str] = ()) -> SweepResult:
-    """A sweep's honest winner: selections from the sweep's rounds, and the confirmation of the combinations the
-    run chose to confirm (`confirmed`, best first; else the sweep's best two)."""
+            figures: Figures, confirm_figures: Figures | None = None, confirmed: Sequence[str] = ()) -> SweepResult:
+    """A sweep's honest winner: selections from the sweep's rounds by `figures` (the selection rounds' speedup
+    table), the confirmation of the combinations the run chose to confirm (`confirmed`, ranked by the selection
+    figures; else the sweep's best two) by `confirm_figures` (the confirmation rounds' table), and the winner where
+    the best two are distinguishable."""
     sweep_r, confirm_r = split_rounds(ratios, confirm_from)
-    overall = select(sweep_r)
-    per_task = tuple(s for s in (select(sweep_r, t) for t in tasks) if s is not None)
-    top = list(confirmed) or [c for c, _ in rank(sweep_r)[:2]]
-    conf = confirm(confirm_r, top[0], top[1] if len(top) > 1 else None) if top and confirm_r else None
-    return SweepResult(family, host, tuple(ratios), overall, per_task, conf)
+    overall = select(sweep_r, figures)
+    per_task = tuple(s for s in (select(sweep_r, figures, t) for t in tasks) if s is not None)
+    # the confirmed two are ordered by the sweep's own figures (the ones its table prints), never by the order a
+    # run.json lists them in
+    ranked = [c.combination for c in overall.candidates] if overall else [c for c, _ in rank(sweep_r)]
+    top = [c for c in ranked if c in confirmed][:2] if confirmed else ranked[:2]
+    conf = confirm(confirm_r, confirm_figures or {}, top[0], top[1] if len(top) > 1 else None) \
+        if top and confirm_r else None
+    name, by = winner(overall, conf)
+    return SweepResult(family, host, tuple(ratios), overall, per_task, conf, name, by)

@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import plotting
 from harness.files import atomic_write_bytes
 
 
@@ -35,41 +36,57 @@ def _who(res: dict[str, Any], several_hosts: bool) -> str:
     return fm.md(f"{res['host']}: {res['family']}" if several_hosts else res["family"])
 
 
-def _standing(vs: dict[str, Any]) -> str:
-    """The winner against the runner-up in the confirmation rounds, in words."""
-    if vs.get("low") is None:
-        return "too few rounds to compare them"
-    if vs["low"] > 1:
-        return "the winner stays ahead"
-    if vs["high"] < 1:
-        return "the runner-up is ahead: the sweep's order did not hold"
-    return "the two are not distinguishable"
+def _headline(res: dict[str, Any], sel: str, conf_rounds: str | None) -> list[str]:
+    """The sweep's headline: the winner where the best two are distinguishable, else "best two not
+    distinguishable", each figure with the rounds it comes from."""
+    overall, conf, win = res["overall"], res["confirmation"], res.get("winner")
+    sweep_fig = {c["combination"]: c["figure"] for c in overall["candidates"]}
+    if conf and conf["runner_up"]:
+        w, ru = conf["winner"], conf["runner_up"]
+        figs = {w: conf["winner_figure"], ru: conf["runner_up_figure"]}
+        vs = conf["winner_vs_runner_up"]
+        if win:
+            other = ru if win == w else w
+            ahead = vs if win == w else {"estimate": 1 / vs["estimate"], "low": 1 / vs["high"], "high": 1 / vs["low"]}
+            first = "" if win == w else " (the selection rounds' runner-up)"
+            return [f"**Winner {fm.md(win)}{first}: confirmed {_fig(figs[win])}** in the confirmation {conf_rounds}, "
+                    f"ahead of {fm.md(other)} by {_fig(ahead)} (paired by round); in the selection {sel} "
+                    f"{_fig(sweep_fig.get(win))}."]
+        why = "too few confirmation rounds to compare them" if vs.get("low") is None else \
+            f"{fm.md(w)} over {fm.md(ru)} {_fig(vs)}, paired by round"
+        return [f"**Best two not distinguishable: {fm.md(w)} and {fm.md(ru)}** in the confirmation {conf_rounds} "
+                f"({why}): no winner is named. Confirmed: {fm.md(w)} {_fig(figs[w])}, {fm.md(ru)} {_fig(figs[ru])}; "
+                f"in the selection {sel}: {_fig(sweep_fig.get(w))} and {_fig(sweep_fig.get(ru))}."]
+    best = overall["best"]
+    runner = overall["candidates"][1] if len(overall["candidates"]) > 1 else None
+    tail = ("confirmed in the confirmation " + conf_rounds + f": {_fig(conf['winner_figure'])}" if conf else
+            "not confirmed (no confirmation rounds): the best of several noisy combinations reads high")
+    if win:
+        vs = "" if runner is None else (f", the runner-up {fm.md(runner['combination'])} worse (Holm-adjusted p = "
+                                        f"{fm.num(runner['p_holm'], 3)})")
+        return [f"**Winner {fm.md(best)} in the selection {sel}: {_fig(sweep_fig[best])}**{vs}; {tail}."]
+    return [f"**Best two not distinguishable: {fm.md(best)} and {fm.md(runner['combination'])}** in the selection "
+            f"{sel} (Holm-adjusted p = {fm.num(runner['p_holm'], 3)}): no winner is named; {fm.md(best)} "
+            f"{_fig(sweep_fig[best])}, {tail}."]
 
 
-def sweep_text(res: dict[str, Any], several_hosts: bool) -> list[str]:
-    """One sweep: the headline (confirmed winner beside its sweep figure), every combination against the best,
-    and each task's best."""
+def sweep_text(res: dict[str, Any], several_hosts: bool, selection: list[int] | None = None) -> list[str]:
+    """One sweep: the headline (a winner only where the best two are distinguishable), every combination against
+    the best, and each task's best; selection and confirmation figures in columns of their own, labelled with
+    their rounds."""
     overall = res["overall"]
     if overall is None:
         return [f"#### Sweep {_who(res, several_hosts)}", "", "no paired rounds: nothing to choose from", ""]
     conf = res["confirmation"]
-    sweep_fig = {c["combination"]: c["figure"] for c in overall["candidates"]}
+    sel_rounds = selection or list(range(1, max(c["figure"]["rounds"] for c in overall["candidates"]) + 1))
+    sel = _rounds(sel_rounds) if sel_rounds else "rounds"
+    conf_rounds = _rounds(conf["rounds"]) if conf else None
     out = [f"#### Sweep {_who(res, several_hosts)}: {len(res['combinations'])} combinations", ""]
-    if conf:
-        w, ru = conf["winner"], conf["runner_up"]
-        n = len(conf["rounds"])
-        out.append(f"**Winner {fm.md(w)}: confirmed {_fig(conf['winner_figure'])}** in {n} fresh "
-                   f"round{'s' if n > 1 else ''} ({_rounds(conf['rounds'])}); in the sweep {_fig(sweep_fig.get(w))}.")
-        if ru:
-            out.append(f"Runner-up {fm.md(ru)}: confirmed {_fig(conf['runner_up_figure'])}; in the sweep "
-                       f"{_fig(sweep_fig.get(ru))}. Winner over runner-up in the confirmation rounds: "
-                       f"{_fig(conf['winner_vs_runner_up'])}: {_standing(conf['winner_vs_runner_up'])}.")
-    else:
-        out.append(f"**Best in the sweep: {fm.md(overall['best'])}, {_fig(sweep_fig[overall['best']])}**, not "
-                   "confirmed (no confirmation rounds): the best of several noisy combinations reads high.")
+    out += _headline(res, sel, conf_rounds)
     tied = overall["tied"]
-    out += ["", f"Not distinguishable from the best (Holm, family-wise 5%): {', '.join(fm.md(t) for t in tied)}"
-            if len(tied) > 1 else "Every other combination is worse than the best (Holm, family-wise 5%).", ""]
+    out += ["", f"Not distinguishable from the best in the selection {sel} (Holm, family-wise 5%): "
+            f"{', '.join(fm.md(t) for t in tied)}" if len(tied) > 1 else
+            f"Every other combination is worse than the best in the selection {sel} (Holm, family-wise 5%).", ""]
     confirmed = {}
     if conf:
         confirmed = {conf["winner"]: conf["winner_figure"]}
@@ -81,19 +98,24 @@ def sweep_text(res: dict[str, Any], several_hosts: bool) -> list[str]:
                 else "not distinguishable")
         rows.append([fm.md(c["combination"]), _fig(c["figure"]),
                      fm.DASH if c["combination"] == overall["best"] else _fig(c["vs_best"]),
-                     fm.num(c["p_holm"], 3), mark, _fig(confirmed.get(c["combination"]))])
-    out += [_table(rows, ["combination", "speedup (sweep)", "vs best, by round", "p (Holm)", "", "confirmed"]), ""]
+                     fm.num(c["p_holm"], 3), mark] + ([_fig(confirmed.get(c["combination"]))] if conf else []))
+    out += [_table(rows, ["combination", f"speedup, selection {sel}", "vs best, by round", "p (Holm)", ""]
+                   + ([f"confirmed, {conf_rounds}"] if conf else [])), ""]
     if res["tasks"]:
+        two = [c for c in (conf["winner"], conf["runner_up"]) if c] if conf else []
+        per = {conf["winner"]: conf.get("winner_tasks", {})} if conf else {}
+        if conf and conf["runner_up"]:
+            per[conf["runner_up"]] = conf.get("runner_up_tasks", {})
         rows = []
         for t in res["tasks"]:
             best = next(c for c in t["candidates"] if c["combination"] == t["best"])
-            conf_t = (conf or {}).get("winner_tasks", {}).get(t["task"])
             rows.append([fm.md(t["task"]), fm.md(t["best"]), _fig(best["figure"]),
-                         ", ".join(fm.md(x) for x in t["tied"][1:]) or fm.DASH,
-                         _fig(conf_t) if conf_t else fm.DASH])
-        out += ["Per task (sweep rounds; the overall winner's confirmed figure on the task beside it):", "",
-                _table(rows, ["task", "best", "speedup (sweep)", "not distinguishable from it",
-                              "winner, confirmed"]), ""]
+                         ", ".join(fm.md(x) for x in t["tied"][1:]) or fm.DASH]
+                        + [_fig(per[c].get(t["task"])) for c in two])
+        out += [f"Per task (best and not distinguishable from it in the selection {sel}"
+                + (f"; the two confirmed, in the confirmation {conf_rounds}" if conf else "") + "):", "",
+                _table(rows, ["task", "best", f"speedup, selection {sel}", "not distinguishable from it"]
+                       + [f"{fm.md(c)}, confirmed" for c in two]), ""]
     return out
 
 
@@ -116,23 +138,46 @@ def serving_text(part: dict[str, Any], several_hosts: bool) -> list[str]:
         for lv in c["levels"]:
             at = ("no level" if lv["speculative_streams"] is None else
                   f"{lv['speculative_streams']} slot{'s' if lv['speculative_streams'] > 1 else ''}")
-            steps.append(f"{lv['streams']} client{'s' if lv['streams'] > 1 else ''}: {_fig(lv['ratio'])} "
-                         f"(speculation at {at})")
-        last = c["levels"][-1]["streams"] if c["levels"] else None
-        first = c["levels"][0] if c["levels"] else None
-        if first and first["streams"] == c["overtaken_at"] and first["streams"] == first["speculative_streams"]:
-            verdict = (f"speculation is slower than the baseline already at {first['streams']} client"
-                       f"{'s' if first['streams'] > 1 else ''}: there is nothing for batching to overtake")
-        elif c["overtaken_at"] is not None:
-            verdict = f"**batching overtakes speculation at {c['overtaken_at']} concurrent clients{host}**"
-        elif c["estimate_below_at"] is not None:
-            verdict = (f"batching gives more from {c['estimate_below_at']} client(s) on the estimate, but not "
-                       f"certainly (the interval reaches 1) up to {last}")
-        else:
-            verdict = f"batching does not overtake speculation up to {last} clients{host}"
+            fig = _fig(lv["ratio"]) if lv["ratio"]["estimate"] is not None else "no paired rounds"
+            steps.append(f"{lv['streams']} client{'s' if lv['streams'] > 1 else ''}: {fig} (speculation at {at})")
+        rounds = (f" In the confirmation rounds only ({_rounds(part['confirmation_rounds'][c['strategy']])}): the "
+                  "sweep's rounds chose this combination." if c["strategy"] in part.get("confirmation_rounds", {})
+                  else "")
         out.append(f"- **{fm.md(c['strategy'])}** against {fm.md(c['baseline'])} (aggregate tok/s, speculation / "
-                   f"baseline): {'; '.join(steps)}: {verdict}.")
+                   f"baseline): {'; '.join(steps)}: {crossover_verdict(c, host)}.{rounds}")
     return out + [""]
+
+
+def _clients(ns: list[int]) -> str:
+    """[1, 2, 4] -> '1, 2 and 4 clients'."""
+    text = ", ".join(map(str, ns[:-1])) + (" and " if len(ns) > 1 else "") + str(ns[-1])
+    return f"{text} client{'s' if len(ns) > 1 or ns[-1] > 1 else ''}"
+
+
+def crossover_verdict(c: dict[str, Any], host: str = "") -> str:
+    """Where batching overtakes one speculative strategy, in words: overtaken at the first N whose interval lies
+    below 1; "does not overtake" only at levels whose interval lies above 1; every other level "not shown"."""
+    levels = c["levels"]
+    if not levels:
+        return "no level to compare"
+    first = levels[0]
+    if first["streams"] == c["overtaken_at"] and first["streams"] == first["speculative_streams"]:
+        return (f"speculation is slower than the baseline already at {_clients([first['streams']])}: there is "
+                "nothing for batching to overtake")
+    if c["overtaken_at"] is not None:
+        return f"**batching overtakes speculation at {c['overtaken_at']} concurrent clients{host}**"
+    ahead = [lv["streams"] for lv in levels if lv["ratio"]["low"] is not None and lv["ratio"]["low"] > 1]
+    open_ = [lv for lv in levels if lv["streams"] not in ahead]
+    if not open_:
+        return f"batching does not overtake speculation up to {_clients([levels[-1]['streams']])}{host}"
+    why = " and ".join(dict.fromkeys("no interval" if lv["ratio"]["low"] is None else "the interval reaches 1"
+                                     for lv in open_))
+    shown = (f"batching does not overtake speculation at {_clients(ahead)}{host}; not shown at " if ahead
+             else "that batching does not overtake speculation is not shown at ")
+    text = f"{shown}{_clients([lv['streams'] for lv in open_])}{'' if ahead else host} ({why})"
+    if c["estimate_below_at"] is not None:
+        text += f"; on the estimate batching gives more from {_clients([c['estimate_below_at']])}, not certainly"
+    return text
 
 
 def _safe(name: str) -> str:
@@ -141,25 +186,21 @@ def _safe(name: str) -> str:
 
 def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
     """A line per value of the other swept flags, the first flag's values along x, the sweep figure with its
-    interval, and the confirmed figures of the winner and runner-up as stars."""
+    interval from the selection rounds, and the confirmed figures of the best two (their own rounds) as stars."""
     overall = res["overall"]
     if overall is None:
         return None
-    import matplotlib
     import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     figs = {c["combination"]: c["figure"] for c in overall["candidates"]}
     values = {c: dict(v) for c, v in res.get("values", {}).items()}
     first = next(iter(next(iter(values.values()))), None) if values else None
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
         xs_all = list(dict.fromkeys(v.get(first) for v in values.values()))
         lines: dict[str, list[str]] = {}
         for c, v in values.items():
-            rest = ", ".join(f"{k.lstrip('-')}={x}" for k, x in v.items() if k != first) or "sweep"
+            rest = plotting.label(", ".join(f"{k.lstrip('-')}={x}" for k, x in v.items() if k != first) or "sweep")
             lines.setdefault(rest, []).append(c)
         for rest, combos in lines.items():
             pts = [(xs_all.index(values[c].get(first)), figs[c]) for c in combos if figs.get(c, {}).get("estimate")]
@@ -180,16 +221,16 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
                     shown.append(est)
                     err = [[max(0.0, est - (f["low"] or est))], [max(0.0, (f["high"] or est) - est)]]
                     ax.errorbar([x + dx], [est], yerr=err, marker=marker, markersize=11, color="black",
-                                capsize=3, linestyle="none", label=f"confirmed {key.replace('_', '-')}: {c}")
+                                capsize=3, linestyle="none", label=f"confirmed: {plotting.label(c)}")
         ax.set_yscale("log")  # speedups are ratios; an interval of a few rounds is wide upward
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_ylim(min(shown + [1.0]) / 2, max(shown + [1.0]) * 2)  # estimates in view, wild intervals cut
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(xs_all)), [str(x) for x in xs_all])
-        ax.set_xlabel(str(first), parse_math=False)
+        ax.set_xticks(range(len(xs_all)), [plotting.label(x, 40) for x in xs_all], parse_math=False)
+        ax.set_xlabel(plotting.label(first), parse_math=False)
         ax.set_ylabel("speedup vs baseline (95% interval)")
-        ax.set_title(f"sweep {res['family']} ({res['host']})", parse_math=False)
+        ax.set_title(f"sweep {plotting.label(res['family'])} ({plotting.label(res['host'])})", parse_math=False)
         for text in ax.legend(fontsize=7).get_texts():
             text.set_parse_math(False)
         return _save(plt, fig, path)
@@ -199,12 +240,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
     """Aggregate tok/s against per-stream time per token, a line per strategy through its levels (N marked)."""
     if not part["curves"]:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=100)
         top = 0.0
         for family, pts in part["curves"].items():
@@ -215,7 +251,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
             ys = [p["aggregate_tok_s"]["estimate"] for p in pts]
             lo = [max(0.0, y - (p["aggregate_tok_s"]["low"] or y)) for y, p in zip(ys, pts, strict=True)]
             hi = [max(0.0, (p["aggregate_tok_s"]["high"] or y) - y) for y, p in zip(ys, pts, strict=True)]
-            label = pts[0]["strategy"] if len(pts) == 1 else family
+            label = plotting.label(pts[0]["strategy"] if len(pts) == 1 else family)
             line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
             top = max(top, *ys)
             for x, y, p in zip(xs, ys, pts, strict=True):
@@ -224,7 +260,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
         ax.set_ylim(0, top * 1.6 or 1)  # estimates in view, wild intervals cut
         ax.set_xlabel("per-stream latency: ms per output token")
         ax.set_ylabel("aggregate tok/s (95% interval)")
-        ax.set_title(f"serving: throughput against latency ({part['host']})", parse_math=False)
+        ax.set_title(f"serving: throughput against latency ({plotting.label(part['host'])})", parse_math=False)
         for text in ax.legend(fontsize=7).get_texts():
             text.set_parse_math(False)
         return _save(plt, fig, path)
@@ -267,10 +303,10 @@ def section(summary: dict[str, Any], out_path: Path, plots: dict[str, Path]) -> 
 
     parts: list[str] = []
     if summary.get("sweeps"):
-        parts += ["### Sweeps: which setting (the winner confirmed in fresh rounds)", "",
+        parts += ["### Sweeps: which setting (the best two confirmed in fresh rounds)", "",
                   f"> {fm.md(summary['rules_sweep'], 1200)}", ""]
         for res in summary["sweeps"]:
-            parts += sweep_text(res, several)
+            parts += sweep_text(res, several, summary.get("selection_rounds"))
             parts += image(f"sweep:{res['host']}:{res['family']}", "sweep: speedup per combination, 95% intervals")
     if summary.get("serving"):
         parts += ["### Serving: throughput against per-stream latency at N concurrent clients", "",

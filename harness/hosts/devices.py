@@ -1,11 +1,12 @@
 """The accelerator side of a container, one code path for every GPU backend.
 
-- `Access`: what a container of a backend is given on a host. CUDA: a device request the NVIDIA runtime answers.
-  Vulkan: the host's render nodes (`/dev/dri`, and `/dev/kfd` where present) with their groups, when the host has
-  them (a software device needs none), and `GGML_VK_VISIBLE_DEVICES` when llama.cpp is to use a device it skips by
-  default (a software one), and the engine's Mesa shader cache (a named volume: compiled shaders persist between
-  fresh containers as they do on a host's disk; without it every container compiles them again, on lavapipe for a
-  minute or more). Every container of a run (server, probe, device list) gets the same.
+- `Access`: what a container of a backend is given on a host, by the backend's row (harness/image/backends.py,
+  seen here as a `DeviceRule`). CUDA: a device request the NVIDIA runtime answers. Vulkan: the host's render nodes
+  (`/dev/dri/renderD*`, and `/dev/kfd` where present) with their groups, when the host has them (a software device
+  needs none), and `GGML_VK_VISIBLE_DEVICES` when llama.cpp is to use a device it skips by default (a software one),
+  and the image's Mesa shader cache (a named volume per image: compiled shaders persist between fresh containers as
+  they do on a host's disk; without it every container compiles them again, on lavapipe for a minute or more).
+  Every container of a run (server, probe, device list) gets the same.
 - `Device`: one device as the image sees it (name, driver, memory, unified or not, software or not), from the
   image's Vulkan device list or the host's nvidia-smi, one line each for `invoke doctor` and the run records.
 - `choose`: which device llama.cpp is told to use, or one line saying why none fits.
@@ -16,28 +17,35 @@ from its log (harness/run/serverlog.py), the same for every backend."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.hosts.access import Access
+from harness.hosts.access import Access, DeviceRule
 from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 from harness.hosts.environment import nvidia_smi
 
-GPU_BACKENDS = ("cuda", "vulkan")
-#: Host device nodes a Vulkan container gets where the host has them: DRM render nodes, and AMD's compute node.
-VULKAN_NODES = ("/dev/dri", "/dev/kfd")
+#: Host device nodes a Vulkan container gets where the host has them: the DRM render nodes (compute and
+#: rendering, no display: never card* or the whole /dev/dri), and AMD's compute node.
+RENDER_NODE = re.compile(r"/dev/dri/renderD[0-9]{1,4}")
+KFD_NODE = "/dev/kfd"
 DEVICE_LIST = "specbench-vulkan-devices"
-#: The engine's named volume for Mesa's on-disk shader cache (lavapipe, RADV, ANV), and where containers see it.
+#: The engine's named volumes for Mesa's on-disk shader cache (lavapipe, RADV, ANV), one per image (by its id:
+#: shaders one build compiled are loaded by no other build), and where containers see it.
 SHADER_CACHE_VOLUME = "specbench-mesa-shader-cache"
 SHADER_CACHE_DIR = "/var/cache/specbench-mesa-shaders"
+#: The ways a backend's devices are listed (its row's `device_list`): the image's Vulkan device list, nvidia-smi.
+VULKAN_LIST, NVIDIA_SMI = "vulkan", "nvidia-smi"
+#: How a person names the devices of each list.
+API_LABELS = {"vulkan": "Vulkan", "cuda": "CUDA"}
 #: Vulkan driver ids (VkDriverId) of software devices, with the names people know them by.
 SOFTWARE_DRIVERS = {13: "Mesa lavapipe", 10: "SwiftShader"}
 
 
 def host_nodes(engine: Engine) -> list[tuple[str, int]]:
-    """The render nodes on the engine's host, (path, group id): /dev/dri/* and /dev/kfd where they exist."""
-    code, out = engine.run_host(["sh", "-c", "for f in /dev/dri/* /dev/kfd; do [ -e \"$f\" ] && "
+    """The render nodes on the engine's host, (path, group id): /dev/dri/renderD* and /dev/kfd where they exist."""
+    code, out = engine.run_host(["sh", "-c", "for f in /dev/dri/renderD* /dev/kfd; do [ -c \"$f\" ] && "
                                  "stat -c '%n %g' \"$f\"; done; true"])
     if code != 0:
         return []
@@ -49,23 +57,39 @@ def host_nodes(engine: Engine) -> list[tuple[str, int]]:
     return found
 
 
-def access_from_nodes(backend: str, nodes: list[tuple[str, int]]) -> Access:
-    """A backend's access given the host's render nodes (a pure function: `access` asks the host)."""
-    if backend == "cuda":
-        return Access("cuda", gpu_request=True)
-    if backend != "vulkan":
-        return Access(backend)
-    paths = [p for p in VULKAN_NODES if any(n == p or n.startswith(p + "/") for n, _ in nodes)]
+def shader_cache_volume(image_id: str) -> str:
+    """The shader-cache volume of one image: named by the image's id (its content), so an image built from
+    another source or with other flags (`--trust-source`) never leaves shaders that this one loads."""
+    digest = image_id.split(":")[-1]
+    if not re.fullmatch(r"[0-9a-f]{12,64}", digest):
+        raise KitError(f"image id {image_id[:80]!r}: expected sha256:<hex>")
+    return f"{SHADER_CACHE_VOLUME}-{digest[:16]}"
+
+
+def access_from_nodes(backend: DeviceRule, nodes: list[tuple[str, int]], image_id: str | None = None) -> Access:
+    """A backend's access given the host's render nodes (a pure function: `access` asks the host): only
+    /dev/dri/renderD* and /dev/kfd are passed, with their groups; with the image's id, its own shader-cache
+    volume (without one, none: a container that only lists devices compiles no shader)."""
+    if backend.gpu_request:
+        return Access(backend.name, gpu_request=True, visible_env=backend.visible_env)
+    if not backend.render_nodes:
+        return Access(backend.name, visible_env=backend.visible_env)
+    kept = [(n, g) for n, g in nodes if RENDER_NODE.fullmatch(n) or n == KFD_NODE]
     # the nodes' groups (render, video): needed where the engine maps the container's root to another user
-    groups = tuple(sorted({g for _, g in nodes if g != 0}))
-    return Access("vulkan", nodes=tuple(paths), groups=groups,
-                  environment=(("MESA_SHADER_CACHE_DIR", SHADER_CACHE_DIR),),
-                  volumes=((SHADER_CACHE_VOLUME, SHADER_CACHE_DIR),))
+    groups = tuple(sorted({g for _, g in kept if g != 0}))
+    cache = ((shader_cache_volume(image_id), SHADER_CACHE_DIR),) if backend.shader_cache and image_id else ()
+    return Access(backend.name, nodes=tuple(sorted(dict.fromkeys(n for n, _ in kept))), groups=groups,
+                  environment=(("MESA_SHADER_CACHE_DIR", SHADER_CACHE_DIR),) if cache else (), volumes=cache,
+                  render_nodes=True, visible_env=backend.visible_env)
 
 
-def access(engine: Engine, backend: str) -> Access:
-    """What a container of `backend` gets on the engine's host."""
-    return access_from_nodes(backend, host_nodes(engine) if backend == "vulkan" else [])
+def access(engine: Engine, backend: DeviceRule, image: str | None = None) -> Access:
+    """What a container of `backend` gets on the engine's host; with an image (tag) present there, its
+    shader-cache volume too."""
+    if not backend.render_nodes:
+        return access_from_nodes(backend, [])
+    img = engine.image(image) if image and backend.shader_cache else None
+    return access_from_nodes(backend, host_nodes(engine), img.id if img is not None else None)
 
 
 # ---------------------------------------------------------------- devices as the image sees them
@@ -82,7 +106,7 @@ class Device:
     memory_bytes: int | None
     unified: bool | None
     software: str | None = None  # the software device's name (Mesa lavapipe), None for hardware
-    api: str = "vulkan"  # vulkan | cuda
+    api: str = "vulkan"  # the list it comes from: vulkan | cuda (API_LABELS)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -91,7 +115,7 @@ class Device:
         shared = {True: "unified memory", False: "own memory", None: "memory sharing unknown"}[self.unified]
         what = (f"SOFTWARE device ({self.software}: Vulkan on the CPU, not a GPU)" if self.software
                 else self.kind.replace("-", " "))
-        label = "Vulkan" if self.api == "vulkan" else "CUDA"
+        label = API_LABELS.get(self.api, self.api)
         return f"{label} {self.index}: {self.name}, driver {self.driver}, {mem}, {shared}, {what}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -181,14 +205,14 @@ class Setup:
                 "devices": [{**d.as_dict(), "line": d.line()} for d in self.devices]}
 
 
-def setup(engine: Engine, backend: str, image: str, software: bool = False) -> Setup:
-    """A host's devices for a backend: CUDA's from nvidia-smi on the host, Vulkan's as the image sees them with
-    the host's render nodes; the CPU backend has none."""
-    acc = access(engine, backend)
-    if backend == "vulkan":
+def setup(engine: Engine, backend: DeviceRule, image: str, software: bool = False) -> Setup:
+    """A host's devices for a backend, listed the backend's way: as the image sees them with the host's render nodes
+    (Vulkan), or from nvidia-smi on the host (CUDA); a backend that lists none (the CPU) has none."""
+    acc = access(engine, backend, image)
+    if backend.device_list == VULKAN_LIST:
         found = vulkan_devices(engine, image, acc)
         index, problem = choose(found, software)
         return Setup(acc.with_visible(index), tuple(found), index, problem)
-    if backend == "cuda":
+    if backend.device_list == NVIDIA_SMI:
         return Setup(acc, tuple(from_nvidia_smi(nvidia_smi(engine))), None, None)
     return Setup(acc, (), None, None)

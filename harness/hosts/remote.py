@@ -39,7 +39,7 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 import docker
 from harness import KitError
-from harness.files import file_sha256
+from harness.files import file_sha256, read_bounded
 from harness.formatter import console
 from harness.hosts.engine import Endpoint, Engine, LocalEngine
 
@@ -352,14 +352,8 @@ class RemoteEngine(Engine):
         chan = transport.open_session(timeout=30)
         try:
             chan.exec_command(shlex.join(["head", "-c", str(int(n)), str(path)]))
-            chunks, got = [], 0
-            while got < n:
-                block = chan.recv(min(1 << 20, n - got))
-                if not block:
-                    break
-                chunks.append(block)
-                got += len(block)
-            if chan.recv_exit_status() != 0 and not got:
+            chunks = list(read_bounded(chan.recv, n))
+            if chan.recv_exit_status() != 0 and not chunks:
                 raise KitError(f"{self.name}: cannot read {path}")
             return b"".join(chunks)
         finally:
@@ -437,6 +431,7 @@ class RemoteEngine(Engine):
             if theirs == want:
                 out[key] = Path(users)
                 continue
+            self._no_links([f"{folder}/{SENT_FOLDER}", f"{folder}/{SENT_FOLDER}/{want}", sent])
             if self.remote_sha256(sent) != want:
                 size = path.stat().st_size
                 other = "" if theirs is None else \
@@ -453,6 +448,17 @@ class RemoteEngine(Engine):
             out[key] = Path(sent)
         return out
 
+    def _no_links(self, paths: list[str]) -> None:
+        """The kit's own folder holds only what the kit placed: a link anywhere on the way to a file it reads or
+        writes there (planted by someone with access to the host) is refused, never followed."""
+        code, out = self.run_host(["sh", "-c", 'for p in "$@"; do if [ -L "$p" ]; then echo "$p"; exit 3; fi; done',
+                                   "sh", *paths])
+        if code == 3:
+            raise KitError(f"{self.name}: {console(out.strip(), 300)} is a symbolic link; the kit's folder "
+                           f"{SENT_FOLDER} holds only files and folders it made: remove the link there")
+        if code != 0:
+            raise KitError(f"{self.name}: cannot look at {console(paths[-1], 300)} (exit {code})")
+
     def _send_new(self, path: Path, remote: str) -> None:
         """Send a file into the kit's own folder: written to a new file that only this call creates (noclobber,
         so no link or file already there is written through), then renamed over `remote` (`mv -T`: never into a
@@ -462,6 +468,7 @@ class RemoteEngine(Engine):
         if code != 0:
             raise KitError(f"{self.name}: cannot make {folder}; choose a models folder this user may write with "
                            "--remote-models")
+        self._no_links([folder.rsplit("/", 1)[0], folder, remote])  # made by mkdir, or planted before it ran
         partial = f"{remote}.partial-{secrets.token_hex(6)}"
         try:
             self.send_file(path, partial)

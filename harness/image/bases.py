@@ -1,6 +1,8 @@
-"""Debian base images for the CPU and Vulkan backends, made for the target engine's architecture.
+"""Debian base images for the backends whose row names them (harness/image/backends.py: CPU, Vulkan), made for the
+target engine's architecture.
 
-The CPU bases are Debian bookworm; the Vulkan ones trixie (see SUITES). Two ways to make them, tried in this order
+Each base's suite and packages are in its backend's row (the CPU bases are Debian bookworm, the Vulkan ones trixie).
+Two ways to make them, tried in this order
 (`decide` is the pure decision, `ensure` carries it out):
 - registry: the engine pulls `debian:<suite>` (its own architecture) and adds the packages with apt
   (docker/base/registry.Dockerfile);
@@ -28,33 +30,14 @@ from typing import Any
 
 from harness import DOCKER, LABEL_PREFIX, KitError
 from harness.hosts.engine import Engine, EngineRefused
+from harness.image import backends
 
 SCRIPT = DOCKER / "base" / "make-rootfs.sh"
 REGISTRY_DOCKERFILE = DOCKER / "base" / "registry.Dockerfile"
 SUITE = "bookworm"
 DEBIAN_IMAGE = f"debian:{SUITE}"
-#: The backends whose bases are made from Debian here (CUDA's come from NVIDIA: harness/image/cuda_base.py).
-BACKENDS = ("cpu", "vulkan")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: What each base carries besides Debian's minimal system (the same list for both ways of making it).
-PACKAGES = {
-    "builder": ("build-essential", "cmake", "ca-certificates", "pkg-config"),
-    # libgomp1: llama.cpp's CPU backend links OpenMP.
-    "runtime": ("libgomp1", "ca-certificates"),
-    # glslc compiles ggml's shaders; ggml-vulkan's CMake asks for the Vulkan headers and SPIRV-Headers' config.
-    "vulkan-builder": ("build-essential", "cmake", "ca-certificates", "pkg-config", "glslc", "libvulkan-dev",
-                       "spirv-headers"),
-    # The Vulkan loader and Mesa's drivers: lavapipe (a software device on the CPU), RADV (AMD), ANV (Intel).
-    "vulkan-runtime": ("libgomp1", "ca-certificates", "libvulkan1", "mesa-vulkan-drivers"),
-}
-#: The Debian suite of each base. Vulkan's is trixie: its Mesa 25.0 drives current AMD/Intel GPUs (bookworm's 22.3
-#: predates RDNA 3.5, the Strix Halo GPU), and its glslc 2025.2 compiles the cooperative-matrix and integer-dot
-#: shaders b11434 uses on them (bookworm's glslc 2023.2 supports neither, measured: the backend would build
-#: without them).
-SUITES = {"builder": "bookworm", "runtime": "bookworm", "vulkan-builder": "trixie", "vulkan-runtime": "trixie"}
-#: The builder and runtime roles of each backend's bases.
-ROLES = {"cpu": ("builder", "runtime"), "vulkan": ("vulkan-builder", "vulkan-runtime")}
 METHODS = ("registry", "debootstrap")
 #: Docker's and uname's architecture names -> the names image tags use.
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
@@ -74,6 +57,22 @@ class BaseImages:
     registry_free: bool = True
 
 
+def roles(backend: str) -> tuple[str, str]:
+    """The builder and runtime roles of a backend's Debian bases; a KitError for a backend whose bases are not."""
+    pair = backends.get(backend).debian
+    if pair is None:
+        raise KitError(f"the {backend} backend's bases are not made from Debian (harness/image/backends.py)")
+    return pair[0].role, pair[1].role
+
+
+def _suite(role: str) -> str:
+    return backends.base(role).suite
+
+
+def _packages(role: str) -> tuple[str, ...]:
+    return backends.base(role).packages
+
+
 def normalise_arch(raw: str) -> str:
     return ARCHES.get(str(raw).lower(), str(raw).lower() or "unknown")
 
@@ -90,26 +89,26 @@ def engine_arch(engine: Engine) -> str:
 
 def debian_image(backend: str = "cpu") -> str:
     """The registry image a backend's bases start from where the engine can pull one (debian:<suite>)."""
-    return f"debian:{SUITES[ROLES[backend][0]]}"
+    return f"debian:{_suite(roles(backend)[0])}"
 
 
 def _recipe_digest(role: str, method: str) -> str:
     recipe = SCRIPT if method == "debootstrap" else REGISTRY_DOCKERFILE
     h = hashlib.sha256(recipe.read_bytes())
-    h.update(("\0".join((SUITES[role], method, *PACKAGES[role]))).encode())
+    h.update(("\0".join((_suite(role), method, *_packages(role)))).encode())
     return h.hexdigest()[:12]
 
 
 def tag_for(role: str, arch: str | None = None, method: str = "debootstrap") -> str:
     """Image tag of a base: suite, architecture, way of making it and a digest of its recipe and packages."""
-    return (f"{LABEL_PREFIX}/base-{role}:{SUITES[role]}-{arch or local_arch()}-{method}-"
+    return (f"{LABEL_PREFIX}/base-{role}:{_suite(role)}-{arch or local_arch()}-{method}-"
             f"{_recipe_digest(role, method)}")
 
 
 def images_for(arch: str, method: str, backend: str = "cpu") -> BaseImages:
-    builder, runtime = ROLES[backend]
+    builder, runtime = roles(backend)
     how = (f"{debian_image(backend)} from a registry plus apt packages" if method == "registry"
-           else f"Debian {SUITES[builder]} made with debootstrap (no registry needed)")
+           else f"Debian {_suite(builder)} made with debootstrap (no registry needed)")
     return BaseImages(tag_for(builder, arch, method), tag_for(runtime, arch, method), f"{how}, for {arch}")
 
 
@@ -122,7 +121,7 @@ def planned(arch: str | None = None, backend: str = "cpu") -> BaseImages:
     """The bases a plan names before any engine is asked (for `invoke build --plan`)."""
     arch = arch or local_arch()
     b = images_for(arch, "debootstrap", backend)
-    suite = SUITES[ROLES[backend][0]]
+    suite = _suite(roles(backend)[0])
     return BaseImages(b.builder, b.runtime, f"Debian {suite} bases for the engine's architecture (here {arch}): "
                       f"{debian_image(backend)} + apt where the engine can pull it, else debootstrap (tags shown)")
 
@@ -268,8 +267,8 @@ def make_here(engine: Engine, role: str, tag: str, mirror: str, log: Callable[[s
     with tempfile.TemporaryDirectory(prefix="specbench-base-") as tmp:
         tar = Path(tmp) / f"{role}.tar"
         try:
-            proc = subprocess.run([*sudo, "sh", str(SCRIPT), str(tar), mirror, SUITES[role],
-                                   ",".join(PACKAGES[role])],
+            proc = subprocess.run([*sudo, "sh", str(SCRIPT), str(tar), mirror, _suite(role),
+                                   ",".join(_packages(role))],
                                   capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise KitError(f"base image {role}: debootstrap took over {DEBOOTSTRAP_TIMEOUT_S} s; is {mirror} "
@@ -294,7 +293,7 @@ def make_on_host(engine: Engine, role: str, tag: str, log: Callable[[str], None]
     sudo = 'if [ "$(id -u)" = 0 ]; then S=""; else S="sudo -n"; fi; '
     changes = " ".join(f"--change {q(c)}" for c in _import_changes(role))
     script = (f'{sudo}PATH="$PATH:/usr/sbin:/sbin"; $S sh {q(folder)}/make-rootfs.sh {q(folder)}/rootfs.tar '
-              f'{q(mirror)} {SUITES[role]} {q(",".join(PACKAGES[role]))} >{q(folder)}/log 2>&1 '
+              f'{q(mirror)} {_suite(role)} {q(",".join(_packages(role)))} >{q(folder)}/log 2>&1 '
               f'&& docker import {changes} {q(folder)}/rootfs.tar {q(tag)} >/dev/null 2>>{q(folder)}/log; rc=$?; '
               f'[ $rc = 0 ] || tail -3 {q(folder)}/log; $S rm -rf {q(folder)}; exit $rc')
     code, out = engine.run_host(["sh", "-c", script], timeout=DEBOOTSTRAP_TIMEOUT_S)
@@ -306,7 +305,7 @@ def make_on_host(engine: Engine, role: str, tag: str, log: Callable[[str], None]
 def make_from_registry(engine: Engine, role: str, tag: str, log: Callable[[str], None],
                        debian: str | None = None) -> None:
     """debian:<the role's suite> plus the role's packages, built by the engine with network (apt)."""
-    debian = debian or f"debian:{SUITES[role]}"
+    debian = debian or f"debian:{_suite(role)}"
     log(f"base: making {tag} from {debian} with apt (network)")
     ctx = io.BytesIO()
     with tarfile.open(fileobj=ctx, mode="w") as tf:
@@ -317,7 +316,7 @@ def make_from_registry(engine: Engine, role: str, tag: str, log: Callable[[str],
     ctx.seek(0)
     last: list[str] = []
     try:
-        for chunk in engine.build_image(ctx, tag, buildargs={"DEBIAN": debian, "PACKAGES": " ".join(PACKAGES[role])},
+        for chunk in engine.build_image(ctx, tag, buildargs={"DEBIAN": debian, "PACKAGES": " ".join(_packages(role))},
                                         labels={f"{LABEL_PREFIX}.base": role}, network="host"):
             last = (last + chunk.get("stream", "").splitlines())[-5:]
             if "error" in chunk or "errorDetail" in chunk:
@@ -355,7 +354,7 @@ def ensure(engine: Engine, log: Callable[[str], None] = print, mirror: str | Non
         raise KitError(f"base images for {engine.name}: {decision.problem}")
     want = images_for(arch, decision.method or "debootstrap", backend)
     made = []
-    for role, tag in zip(ROLES[backend], (want.builder, want.runtime), strict=True):
+    for role, tag in zip(roles(backend), (want.builder, want.runtime), strict=True):
         if engine.image(tag) is not None:
             continue
         if decision.method == "registry":

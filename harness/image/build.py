@@ -16,7 +16,7 @@ from harness import KitError, schema
 from harness.files import atomic_write_text, safe_name
 from harness.formatter import console
 from harness.hosts.engine import Engine, EngineRefused, Image
-from harness.image import bases, cuda_base, cuda_image, images, vulkan_image
+from harness.image import backends, bases, cuda_base, cuda_image, images, vulkan_image
 from harness.image.recipe import DEVICE_DIR, DOCKERFILE, PROBE_DIR, BuildPlan, build_plan
 from harness.image.source import CACHE, SourceTree, context_files, resolve_source
 from harness.intake.manifest import Manifest
@@ -122,10 +122,10 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
             log(f"build: {found.tag} is on {host} already (same source, flags, backend, bases and recipe)")
             return images.record_of(engine, found, host)
     made = None
-    if backend in bases.BACKENDS and not manifest.build.base_image:
+    row = backends.get(backend)
+    if row.debian is not None and not manifest.build.base_image:
         made = bases.ensure(engine, log, backend=backend)  # before the source is fetched or anything is sent
-    elif backend == "cuda" and not manifest.build.base_image:
-
+    elif not manifest.build.base_image:  # NVIDIA's CUDA bases
         made = cuda_base.ensure(engine, log) if offline_base else cuda_base.ensure_registry(engine, log)
     source = resolve_source(manifest, log, prefer)
     p = build_plan(manifest, source, backend, made, arch)
@@ -136,7 +136,7 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
     if not reused:
         existing = _docker_build(engine, p, source, force, jobs, log, cpu_shares)
     cuda_checks = vulkan_checks = None
-    if backend == "vulkan":
+    if row.image_check == backends.VULKAN_CHECK:
         version = images.version_of(engine, p.tag)
         if not reused:  # the backend loads and lists a device: on a host without a GPU, the software one
             report = vulkan_image.inspect(engine, p.tag)
@@ -145,8 +145,7 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
                 log(f"build: Vulkan check: {line}")
             if not report.ok:
                 raise KitError(f"build: the Vulkan image {p.tag} fails its check: {report.problems[0]}")
-    elif backend == "cuda":
-
+    elif row.image_check == backends.CUDA_CHECK:
         version = cuda_image.server_version(engine, p.tag)  # "no NVIDIA driver: ..." where the host has none
         if not reused:  # libraries resolve (but the driver's), cuBLAS is there: no GPU needed
             cuda_checks = cuda_image.inspect(engine, p.tag).as_dict()

@@ -26,7 +26,7 @@ from pathlib import Path
 from harness import DOCKER, LABEL_PREFIX, ROOT, KitError
 from harness.files import file_sha256
 from harness.hosts.engine import Engine, EngineRefused
-from harness.image import bases as base
+from harness.image import bases
 from harness.image.recipe import CUDA_BASE, CUDA_RUNTIME
 
 #: The release of the nvidia/cuda:13.0.1 images harness/image/recipe.py names; PyPI's cuda-toolkit==13.0.1 meta-package
@@ -113,9 +113,9 @@ def _wheels(arch: str) -> tuple[Wheel, ...]:
     return WHEELS[arch]
 
 
-def recipe_sha256(arch: str, debian: base.BaseImages | None = None) -> str:
+def recipe_sha256(arch: str, debian: bases.BaseImages | None = None) -> str:
     """Hash of everything that decides the bases: recipe files, layout version, wheel pins, Debian base tags."""
-    debian = debian or base.planned(arch)
+    debian = debian or bases.planned(arch)
     h = hashlib.sha256(f"layout {LAYOUT_VERSION} prefix {PREFIX} release {CUDA_RELEASE}\n".encode())
     for name in RECIPE:
         h.update(name.encode() + b"\0" + (BASE_DIR / name).read_bytes())
@@ -125,15 +125,15 @@ def recipe_sha256(arch: str, debian: base.BaseImages | None = None) -> str:
     return h.hexdigest()
 
 
-def tags(arch: str, debian: base.BaseImages | None = None) -> base.BaseImages:
+def tags(arch: str, debian: bases.BaseImages | None = None) -> bases.BaseImages:
     """The devel and runtime base tags for this architecture (what `ensure` makes), without making anything."""
     digest = recipe_sha256(arch, debian)[:12]
-    return base.BaseImages(f"{LABEL_PREFIX}/base-cuda-devel:{CUDA_RELEASE}-{arch}-{digest}",
+    return bases.BaseImages(f"{LABEL_PREFIX}/base-cuda-devel:{CUDA_RELEASE}-{arch}-{digest}",
                            f"{LABEL_PREFIX}/base-cuda-runtime:{CUDA_RELEASE}-{arch}-{digest}",
                            f"registry-free CUDA {CUDA_RELEASE} bases from PyPI wheels on Debian ({arch})")
 
 
-def planned(offline: bool, machine: str | None = None) -> base.BaseImages:
+def planned(offline: bool, machine: str | None = None) -> bases.BaseImages:
     """The bases `ensure` (offline) or `ensure_registry` would make on an engine of this machine's architecture,
     made nowhere (for `invoke build --plan`)."""
     raw = machine or platform.machine()
@@ -288,20 +288,20 @@ def _build(engine: Engine, ctx: io.BufferedIOBase, tag: str, buildargs: dict[str
         raise KitError(f"cuda base: the build finished without tagging {tag}")
 
 
-def registry_tags(devel: str | None = None) -> base.BaseImages:
+def registry_tags(devel: str | None = None) -> bases.BaseImages:
     """The registry path's bases: nvidia/cuda devel with CMake added (made by `ensure_registry`), and the
     nvidia/cuda runtime image as it is (it carries cudart, cuBLAS and cuBLASLt). No architecture in the tag:
     nvidia/cuda is multi-platform, so `--plan` on a laptop names what a Spark builds."""
 
     devel = devel or CUDA_BASE
     h = hashlib.sha256((BASE_DIR / REGISTRY_RECIPE).read_bytes() + f"\0{devel}".encode())
-    return base.BaseImages(f"{LABEL_PREFIX}/base-cuda-registry-devel:{CUDA_RELEASE}-{h.hexdigest()[:12]}",
+    return bases.BaseImages(f"{LABEL_PREFIX}/base-cuda-registry-devel:{CUDA_RELEASE}-{h.hexdigest()[:12]}",
                            CUDA_RUNTIME, f"NVIDIA CUDA devel/runtime images ({devel} with CMake added)",
                            registry_free=False)
 
 
 def ensure_registry(engine: Engine, log: Callable[[str], None] = print,
-                    devel: str | None = None) -> base.BaseImages:
+                    devel: str | None = None) -> bases.BaseImages:
     """Make (or reuse) nvidia/cuda's devel image with CMake and build tools, pulling it and the packages with the
     network (the llama.cpp build that follows has none). `devel` replaces the nvidia/cuda image (tests)."""
 
@@ -320,7 +320,7 @@ def ensure_registry(engine: Engine, log: Callable[[str], None] = print,
 
 
 def ensure(engine: Engine, log: Callable[[str], None] = print, arch: str | None = None,
-           cache: Path = CACHE, force: bool = False) -> base.BaseImages:
+           cache: Path = CACHE, force: bool = False) -> bases.BaseImages:
     """Make (or reuse) the offline CUDA devel and runtime bases for the engine's architecture; return their tags.
 
     Makes the Debian bases first (harness/image/bases.py), downloads the pinned wheels into the kit's cache, and builds
@@ -328,7 +328,7 @@ def ensure(engine: Engine, log: Callable[[str], None] = print, arch: str | None 
     anew, without the engine's build cache."""
 
     arch = arch or arch_of(engine)
-    debian = base.ensure(engine, log)
+    debian = bases.ensure(engine, log)
     builder = engine.image(debian.builder)
     debian_arch = ARCHES.get(str(builder.architecture if builder else None), "?")
     if debian_arch != arch:
@@ -338,7 +338,7 @@ def ensure(engine: Engine, log: Callable[[str], None] = print, arch: str | None 
     want = tags(arch, debian)
     have = {t: not force and engine.image(t) is not None for t in (want.builder, want.runtime)}
     if all(have.values()):
-        return base.BaseImages(want.builder, want.runtime, want.reason + ", already made")
+        return bases.BaseImages(want.builder, want.runtime, want.reason + ", already made")
     recipe = recipe_sha256(arch, debian)
     labels = {f"{LABEL_PREFIX}.cuda-release": CUDA_RELEASE, f"{LABEL_PREFIX}.cuda-platform": f"linux/{arch}",
               f"{LABEL_PREFIX}.cuda-recipe-sha256": recipe,
@@ -361,4 +361,4 @@ def ensure(engine: Engine, log: Callable[[str], None] = print, arch: str | None 
         log(f"cuda base: making {want.runtime}")
         _build(engine, ctx, want.runtime, {"CUDA_DEVEL": want.builder, "DEBIAN_RUNTIME": debian.runtime},
                {**labels, f"{LABEL_PREFIX}.base": "cuda-runtime"}, log, nocache=force)
-    return base.BaseImages(want.builder, want.runtime, want.reason + " (made now)")
+    return bases.BaseImages(want.builder, want.runtime, want.reason + " (made now)")

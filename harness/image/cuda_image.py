@@ -11,6 +11,7 @@ from typing import Any
 from harness import LABEL_PREFIX, KitError
 from harness.hosts.devices import access_from_nodes
 from harness.hosts.engine import Engine, EngineRefused, ImageMissing
+from harness.image import backends
 
 #: The driver's library: the NVIDIA container runtime mounts the host's copy; no image carries it.
 DRIVER_LIBRARY = "libcuda.so.1"
@@ -132,7 +133,7 @@ def has_nvidia_runtime(engine: Engine) -> bool:
 def _run(engine: Engine, image: str, command: list[str], gpu: bool) -> tuple[int, str]:
     try:
         done = engine.run_container(image, command, {f"{LABEL_PREFIX}.role": "cuda-check"},
-                                    access=access_from_nodes("cuda", []) if gpu else None, entrypoint=[],
+                                    access=access_from_nodes(backends.get("cuda"), []) if gpu else None, entrypoint=[],
                                     timeout=300)
     except ImageMissing:
         raise KitError(f"image {image} is not in the engine; run `invoke build --backend cuda` first") from None

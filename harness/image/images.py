@@ -21,7 +21,7 @@ from typing import Any
 from harness import LABEL_PREFIX, schema
 from harness.files import atomic_write_text
 from harness.hosts.engine import Engine, Image
-from harness.image import bases, recipe
+from harness.image import backends, bases, recipe
 from harness.image.source import CACHE, SourceTree, _kinds, describe_source, resolve_path
 from harness.intake.manifest import Manifest
 from harness.schema import FORMAT_VERSIONS
@@ -83,7 +83,7 @@ def source_from_labels(manifest: Manifest, labels: dict[str, str], prefer: str |
 def bases_from_labels(manifest: Manifest, backend: str, labels: dict[str, str], arch: str) -> bases.BaseImages | None:
     """The image's bases when they are ones made for this architecture (a backend whose bases the kit makes, no
     bases in the manifest)."""
-    if backend not in bases.BACKENDS or manifest.build.base_image:
+    if backends.get(backend).debian is None or manifest.build.base_image:
         return None
     pair = (labels.get(f"{LABEL_PREFIX}.base-image"), labels.get(f"{LABEL_PREFIX}.runtime-image"))
     return next((b for b in bases.candidates(arch, backend) if (b.builder, b.runtime) == pair), None)
@@ -98,7 +98,7 @@ def matching_build_plan(manifest: Manifest, labels: dict[str, str], backend: str
     if tree is None:
         return None
     made = bases_from_labels(manifest, backend, labels, arch)
-    if backend in bases.BACKENDS and not manifest.build.base_image and made is None:
+    if backends.get(backend).debian is not None and not manifest.build.base_image and made is None:
         return None  # bases of another architecture, or ones this kit does not make
     p = recipe.build_plan(manifest, tree, backend, made, arch)
     return p if p.labels[f"{LABEL_PREFIX}.plan-key"] == labels.get(f"{LABEL_PREFIX}.plan-key") else None

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import DOCKER, LABEL_PREFIX, __version__
-from harness.image import bases
+from harness.image import backends, bases
 from harness.image.source import SourceTree
 from harness.intake.manifest import Manifest
 from harness.models import preflight
@@ -60,13 +60,7 @@ class BuildPlan:
 
 
 def cmake_args(manifest: Manifest, backend: str, source: SourceTree) -> list[str]:
-    args = list(COMMON_CMAKE)
-    if backend == "vulkan":
-        args += ["-DGGML_VULKAN=ON"]
-    if backend == "cuda":
-        args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={manifest.build.cuda_architectures}",
-                 # libcuda.so comes from the driver at run time; link against the toolkit's stub.
-                 "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined"]
+    args = list(COMMON_CMAKE) + backends.get(backend).cmake_flags(manifest.build.cuda_architectures)
     args += [f"-DLLAMA_BUILD_NUMBER={source.build_number}", f"-DLLAMA_BUILD_COMMIT={source.commit}"]
     args += list(manifest.build.cmake_args)
     return args
@@ -87,6 +81,7 @@ def build_plan(manifest: Manifest, source: SourceTree, backend: str | None = Non
 
     arch: the target engine's architecture (default: this machine's); it is part of the identity."""
     backend = backend or manifest.build.backend
+    row = backends.get(backend)
     arch = arch or bases.local_arch()
     notes: list[str] = []
     registry_free = False
@@ -94,11 +89,11 @@ def build_plan(manifest: Manifest, source: SourceTree, backend: str | None = Non
         base_image = manifest.build.base_image
         runtime_image = manifest.build.runtime_image or base_image
         reason = "from the manifest's build.base_image/runtime_image"
-    elif backend == "cuda" and made is not None:
+    elif row.debian is None and made is not None:
         # image/cuda_base.py: nvidia/cuda devel with CMake added, or (`--base offline`) the toolkit from PyPI wheels.
         registry_free = made.registry_free
         base_image, runtime_image, reason = made.builder, made.runtime, made.reason
-    elif backend == "cuda":
+    elif row.debian is None:
         base_image, runtime_image = CUDA_BASE, CUDA_RUNTIME
         reason = "NVIDIA CUDA devel/runtime images (the toolkit cannot be made without a registry)"
     else:
@@ -127,7 +122,7 @@ def build_plan(manifest: Manifest, source: SourceTree, backend: str | None = Non
         f"{LABEL_PREFIX}.llama-build-number": str(source.build_number),
         f"{LABEL_PREFIX}.llama-commit": source.commit,
         f"{LABEL_PREFIX}.cmake-args": " ".join(flags),
-        f"{LABEL_PREFIX}.cuda-architectures": manifest.build.cuda_architectures if backend == "cuda" else "",
+        f"{LABEL_PREFIX}.cuda-architectures": manifest.build.cuda_architectures if row.architectures else "",
         f"{LABEL_PREFIX}.base-image": base_image,
         f"{LABEL_PREFIX}.runtime-image": runtime_image,
         f"{LABEL_PREFIX}.recipe-sha256": recipe,
@@ -136,8 +131,7 @@ def build_plan(manifest: Manifest, source: SourceTree, backend: str | None = Non
     }
     if (source.path / "src").is_dir():  # read from the source itself: what its loader knows (the pre-flight checks it)
         labels[f"{LABEL_PREFIX}.spec-flavours"] = preflight.flavour_label(preflight.supported_flavours(source.path))
-    if backend == "cuda" and manifest.build.cuda_architectures == "121":
-        notes.append("CUDA arch 121 is the GB10 (DGX Spark); it needs CUDA 12.9 or newer")
+    notes += row.notes(manifest.build.cuda_architectures)
     p = BuildPlan(backend, base_image, runtime_image, reason, flags, build_args, labels, tag,
                   {"kind": source.kind, **source.identity, "build_number": source.build_number,
                    "commit": source.commit}, recipe, registry_free, notes, arch)

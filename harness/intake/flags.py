@@ -7,7 +7,10 @@ flags are normalised before they are checked."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from harness.intake import spec_types
 
 #: Flags the kit sets for each strategy; a manifest names the models and the type instead.
 RESERVED: dict[str, str] = {
@@ -19,8 +22,8 @@ RESERVED: dict[str, str] = {
         "the kit sets the draft model (a strategy's draft)": ("-md", "--model-draft", "--spec-draft-model",
                                                               "--spec-draft-hf", "-hfd", "-hfrd",
                                                               "--hf-repo-draft"),
-        "the kit sets the speculative type (a strategy's spec_type)": ("--spec-type", "--mtp", "--dflash",
-                                                                       "--eagle3", "--spec-default"),
+        "the kit sets the speculative type (a strategy's spec_type)": (
+            "--spec-type", *(f for t in spec_types.SPEC_TYPES for f in t.selecting_flags)),
         "the kit binds the server to 127.0.0.1 on a port of its choosing": ("--host", "--port", "--reuse-port"),
     }.items()
     for flag in flags
@@ -58,24 +61,29 @@ _ALLOWED_GROUPS: dict[int, tuple[str, ...]] = {
         "--spec-draft-n-min", "--spec-draft-p-split", "--draft-p-split", "--spec-draft-p-min", "--draft-p-min",
         "--spec-draft-device", "-devd", "--device-draft", "--spec-draft-ngl", "-ngld", "--gpu-layers-draft",
         "--n-gpu-layers-draft", "--spec-draft-sampling", "--draft", "--draft-n", "--draft-max", "--draft-min",
-        "--draft-n-min", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match",
-        "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--spec-ngram-simple-min-hits",
-        "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
-        "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m", "--spec-ngram-map-k4v-min-hits",
-        "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits",
+        "--draft-n-min", "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits",
+        # each spec type's own parameters (harness/intake/spec_types.py)
+        *(f for t in spec_types.SPEC_TYPES for f in t.tuning_flags),
+        # strict CPU placement: `<0|1>` in the pinned build's help (b11434 common/arg.cpp), a value, not a switch
+        "--cpu-strict", "--cpu-strict-batch", "--spec-draft-cpu-strict", "--cpu-strict-draft",
+        "--spec-draft-cpu-strict-batch", "--cpu-strict-batch-draft",
     ),
     0: (
-        "--cpu-strict", "--cpu-strict-batch", "--swa-full", "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified",
+        "--swa-full", "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified",
         "--cache-idle-slots", "--no-cache-idle-slots", "--context-shift", "--no-context-shift", "--warmup",
         "--no-warmup", "-cb", "--cont-batching", "-nocb", "--no-cont-batching", "-kvo", "--kv-offload", "-nkvo",
         "--no-kv-offload", "--repack", "-nr", "--no-repack", "--no-host", "-cmoe", "--cpu-moe", "--op-offload",
         "--no-op-offload", "--check-tensors", "--jinja", "--no-jinja", "--metrics", "--no-ui", "--no-webui",
-        "--spec-draft-cpu-strict", "--cpu-strict-draft", "--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft",
+        "--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft",
         "--spec-draft-backend-sampling", "--no-spec-draft-backend-sampling", "--perf", "--no-perf",
         "--cache-prompt", "--no-cache-prompt", "--slots", "--no-slots", "--props",
     ),
 }
 ALLOWED: dict[str, int] = {flag: n for n, flags in _ALLOWED_GROUPS.items() for flag in flags}
+
+#: Flags whose value is `0|1` in the pinned build's help.
+_ZERO_OR_ONE = frozenset({"--cpu-strict", "--cpu-strict-batch", "--spec-draft-cpu-strict", "--cpu-strict-draft",
+                          "--spec-draft-cpu-strict-batch", "--cpu-strict-batch-draft"})
 
 #: Flags whose values are themselves flag-like or free text: anything else must not start with '-' unless numeric.
 _FREE_VALUES = frozenset({"--samplers", "-ot", "--override-tensor", "-otd", "--override-tensor-draft",
@@ -142,6 +150,10 @@ def check(args: list[str] | tuple[str, ...]) -> FlagError | None:
             return FlagError(i, f"{raw!r}: its value must be at most {MAX_ARG_LEN} printable characters")
         if value.startswith("-") and not _is_number(value) and flag not in _FREE_VALUES:
             return FlagError(i, f"{raw!r} expects a value, got the flag {value!r}")
+        if _is_number(value) and not math.isfinite(float(value)):
+            return FlagError(i, f"{raw!r}: {value!r} is not a finite number")
+        if flag in _ZERO_OR_ONE and value not in ("0", "1"):
+            return FlagError(i, f"{raw!r} takes 0 or 1, got {value!r}")
         i += step
     return None
 
@@ -175,3 +187,41 @@ def remove(args: list[str], names: tuple[str, ...]) -> list[str]:
         out.append(args[i])
         i += 1
     return out
+
+
+# ---------------------------------------------------------------- one option, several spellings
+
+#: Spellings of one llama-server option among the allowed flags, as b11434's common/arg.cpp groups them: `-t`
+#: swept beside `--threads`, or swept and also given under another spelling, is one option given twice.
+_SPELLINGS: tuple[tuple[str, ...], ...] = (
+    ("-t", "--threads"), ("-tb", "--threads-batch"), ("-C", "--cpu-mask"), ("-Cr", "--cpu-range"),
+    ("-Cb", "--cpu-mask-batch"), ("-Crb", "--cpu-range-batch"), ("-c", "--ctx-size"), ("-b", "--batch-size"),
+    ("-ub", "--ubatch-size"), ("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), ("-cms", "--checkpoint-min-step"),
+    ("-cram", "--cache-ram"), ("-kvu", "--kv-unified"), ("-no-kvu", "--no-kv-unified"), ("-fa", "--flash-attn"),
+    ("-s", "--seed"), ("--temp", "--temperature"), ("-kvo", "--kv-offload"), ("-nkvo", "--no-kv-offload"),
+    ("-nr", "--no-repack"), ("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v"), ("-dt", "--defrag-thold"),
+    ("-np", "--parallel"), ("-cb", "--cont-batching"), ("-nocb", "--no-cont-batching"), ("-lm", "--load-mode"),
+    ("-dev", "--device"), ("-ot", "--override-tensor"), ("-cmoe", "--cpu-moe"), ("-ncmoe", "--n-cpu-moe"),
+    ("-ncffn", "--n-cpu-ffn"), ("-ngl", "--gpu-layers", "--n-gpu-layers"), ("-sm", "--split-mode"),
+    ("-ts", "--tensor-split"), ("-mg", "--main-gpu"), ("-fit", "--fit"), ("-fitt", "--fit-target"),
+    ("-fitc", "--fit-ctx"), ("--no-ui", "--no-webui"), ("-rea", "--reasoning"), ("-sps", "--slot-prompt-similarity"),
+    ("--spec-draft-threads", "-td", "--threads-draft"),
+    ("--spec-draft-threads-batch", "-tbd", "--threads-batch-draft"),
+    ("--spec-draft-cpu-strict", "--cpu-strict-draft"), ("--spec-draft-cpu-strict-batch", "--cpu-strict-batch-draft"),
+    ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"),
+    ("--spec-draft-override-tensor", "-otd", "--override-tensor-draft"),
+    ("--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft"),
+    ("--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "-ncmoed", "--n-cpu-moe-draft"),
+    ("--spec-draft-p-split", "--draft-p-split"), ("--spec-draft-p-min", "--draft-p-min"),
+    ("--spec-draft-device", "-devd", "--device-draft"),
+    ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"),
+    ("--draft", "--draft-n", "--draft-max"), ("--draft-min", "--draft-n-min"),
+)
+_OPTION = {name: next(n for n in group if n.startswith("--")) for group in _SPELLINGS for name in group}
+
+
+def option(flag: str) -> str:
+    """The option a flag spells, by its first long spelling: `-t` -> `--threads`, `--temp` -> `--temp`; a flag with
+    one spelling is itself (normalised: `_` -> `-`)."""
+    name = normalise(flag)[0]
+    return _OPTION.get(name, name)

@@ -15,13 +15,11 @@ from typing import Any
 from harness import KitError, schema
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
-from harness.intake import flags, sweep
+from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
 from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
-
-#: Strategies of these types load a second model with -md.
-DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
 DEFAULT_LOAD_TIMEOUT_S = 600.0
 DEFAULT_REQUEST_TIMEOUT_S = 900.0
@@ -163,7 +161,7 @@ class ModelFile:
 
 
 @dataclass(frozen=True)
-class Strategy:
+class Strategy(spec_types.StrategyFields):
     id: str
     spec_type: str
     draft: str | None = None
@@ -175,15 +173,6 @@ class Strategy:
     family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
     sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs, already in args
     build: str | None = None  # the build it runs on (a key of the manifest's builds; None: the one build)
-
-    @property
-    def speculative(self) -> bool:
-        return self.spec_type != "none"
-
-    @property
-    def family_id(self) -> str:
-        """The manifest entry's id on its build: the same for every combination and level of a sweep."""
-        return self.family or self.id
 
     @property
     def entry_id(self) -> str:
@@ -282,15 +271,15 @@ class Manifest:
     def baseline(self, model: str = "target", parallel: int = 1, build: str | None = None) -> Strategy | None:
         """The no-speculation control of a target on a build: the first baseline on that model and build at that
         level, else its first."""
-        return sweep.at_level([s for s in self.strategies if s.spec_type == "none" and s.model == model
-                               and s.build == build], parallel)
+        return expansion.at_level([s for s in self.strategies if not s.speculative and s.model == model
+                                   and s.build == build], parallel)
 
     def baseline_for(self, strategy: Strategy) -> Strategy | None:
         """Its speedup's control, on its own build: its `baseline` entry at its level (else that entry's first),
         else its target's."""
         b = strategy.baseline
-        return sweep.at_level([s for s in self.strategies if b in (s.entry_id, s.family_id, s.id)
-                               and s.build == strategy.build], strategy.parallel) if b \
+        return expansion.at_level([s for s in self.strategies if b in (s.entry_id, s.family_id, s.id)
+                                   and s.build == strategy.build], strategy.parallel) if b \
             else self.baseline(strategy.model, strategy.parallel, strategy.build)
 
     def build_names(self) -> list[str | None]:
@@ -362,11 +351,15 @@ class _Builder:
     def build(self, text: str, check_files: bool) -> Manifest:
         raw = self.raw
         hw = raw["hardware"]
+        server_args = tuple(raw.get("server_args", ()))
+        self.check_flags("server_args", server_args)
+        slots = expansion.slots(server_args)  # the level of every entry that gives no `parallel`
+        if slots is not None and not (slots.isascii() and slots.isdigit() and 1 <= int(slots) <= expansion.MAX_SLOTS):
+            raise self.fail("server_args", f"--parallel {slots!r}: expected a whole number of slots from 1 to "
+                            f"{expansion.MAX_SLOTS}")
         models = self.models()
         builds = self.builds()
         strategies = self.strategies(models)
-        server_args = tuple(raw.get("server_args", ()))
-        self.check_flags("server_args", server_args)
         sp = raw.get("sampling", {})
         timeouts = raw.get("timeouts", {})
         return Manifest(
@@ -433,6 +426,10 @@ class _Builder:
             raise self.fail(field_path, f"{redact_url(url)[:200]!r} {problem}")
 
     def build_config(self, b: dict[str, Any], at: str = "build") -> BuildConfig:
+        for i, arg in enumerate(b.get("cmake_args", ())):
+            problem = cmake_flags.refusal(arg)
+            if problem:
+                raise self.fail(f"{at}.cmake_args[{i}]", problem)
         return BuildConfig(backend=b["backend"], cuda_architectures=b.get("cuda_architectures", "121"),
                            cmake_args=tuple(b.get("cmake_args", ())), base_image=b.get("base_image"),
                            runtime_image=b.get("runtime_image"))
@@ -506,15 +503,15 @@ class _Builder:
             self.check_flags(f"{fp}.args", args := tuple(s.get("args", ())))
             on, say = bl.of_strategy(s, names, f"{self.where}: {fp}")
             # sweeps and levels expanded, each on every build of the entry (the build's name last)
-            expanded = sweep.entry(s, args, self.raw, f"{self.where}: {fp}", len(out), len(on))
+            expanded = expansion.entry(s, args, self.raw, f"{self.where}: {fp}", len(out), len(on))
             for b in on:
                 family = bl.name_on(s["id"], b) if say else s["id"]
                 for e in expanded:
                     sid = bl.name_on(e.id, b) if say else e.id
-                    if len(sid) > sweep.MAX_ID_LENGTH:
+                    if len(sid) > expansion.MAX_ID_LENGTH:
                         raise self.fail(f"{fp}.builds", f"the name {sid[:60]!r}... is longer than "
-                                        f"{sweep.MAX_ID_LENGTH} characters; a shorter build name")
-                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + sweep.sweep_args(e),
+                                        f"{expansion.MAX_ID_LENGTH} characters; a shorter build name")
+                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
                                         s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"),
                                         family, e.sweep, b))
         self.check_baselines(out)
@@ -542,11 +539,12 @@ class _Builder:
         draft, model = s.get("draft"), s.get("model", "target")
         if model not in models:
             raise self.fail(f"{fp}.model", f"{model!r} is not a key of models (expected one of {sorted(models)})")
-        if s["spec_type"] in DRAFT_MODEL_TYPES and not draft:
+        draft_file = spec_types.get(s["spec_type"]).draft_file
+        if draft_file and not draft:
             raise self.fail(fp, f"spec_type {s['spec_type']!r} needs a draft model: set draft to one of "
                             f"{sorted(models)}")
         if draft is not None:
-            if s["spec_type"] not in DRAFT_MODEL_TYPES:
+            if not draft_file:
                 raise self.fail(f"{fp}.draft", f"spec_type {s['spec_type']!r} takes no draft model")
             if draft not in models:
                 raise self.fail(f"{fp}.draft", f"{draft!r} is not a key of models (expected one of {sorted(models)})")

@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from harness.intake import flags
+from harness.intake import flags, spec_types
 from harness.intake.bounded_yaml import ManifestError
 
 #: Combinations of one strategy's sweep (values multiplied), before concurrency levels.
@@ -23,6 +23,8 @@ MAX_COMBINATIONS = 32
 MAX_EXPANDED = 256
 #: A combination's name (its family id, the values, the level) in characters.
 MAX_ID_LENGTH = 200
+#: The most server slots (concurrent clients) a strategy may have: the schema's bound on `parallel`.
+MAX_SLOTS = 64
 
 
 @dataclass(frozen=True)
@@ -67,15 +69,33 @@ def check_flag(flag: str, args: tuple[str, ...], server_args: tuple[str, ...]) -
         return f"{flag!r}: expected a flag as llama-server spells it (dashes, no value)"
     if name in flags.RESERVED:
         return f"{flag!r} cannot be swept: {flags.RESERVED[name]}"
-    if name in ("-np", "--parallel"):
+    if flags.option(name) == "--parallel":
         return "give concurrency levels with parallel: [1, 2, 4], not as a swept flag"
     if flags.ALLOWED.get(name) != 1:
         return (f"{flag!r} is not an allowed llama-server flag that takes a value (see harness/intake/flags.py)"
                 if name not in flags.ALLOWED else f"{flag!r} takes no value: nothing to sweep")
     for where, given in (("args", args), ("server_args", server_args)):
-        if name in {flags.normalise(a)[0] for a in given}:
-            return f"{flag!r} is also given in {where}; sweep it or give it there, not both"
+        same = [a for a in given if flags.option(a) == flags.option(name)]
+        if same:
+            spelt = "" if flags.normalise(same[0])[0] == name else f" (as {same[0]!r}, the same option)"
+            return f"{flag!r} is also given in {where}{spelt}; sweep it or give it there, not both"
     return None
+
+
+def value_key(text: str) -> object:
+    """What makes two swept values one: the number a numeric text stands for ('0.5', '0.50' and '5e-1' are one
+    value), else the text itself."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def slots(args: tuple[str, ...] | list[str]) -> str | None:
+    """The slot count these arguments give (-np / --parallel, the last one, as llama-server reads them), or None."""
+    canon = flags.canonical(args)
+    at = [i + 1 for i in range(len(canon) - 1) if flags.option(canon[i]) == "--parallel"]
+    return canon[at[-1]] if at else None
 
 
 def levels(raw: Any) -> list[int]:
@@ -90,13 +110,17 @@ def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw
     """The strategies one manifest entry stands for, combinations outermost, levels innermost; SweepError on the
     first problem. Without a sweep and with one level it is the entry itself."""
     sweep = raw_sweep or {}
-    if sweep and spec_type == "none":
+    if sweep and not spec_types.get(spec_type).speculative:
         raise SweepError("sweep", "a baseline (spec_type none) is the reference every combination pairs with; "
                          "sweep a speculative strategy")
+    seen: dict[str, str] = {}
     for flag in sweep:
         problem = check_flag(flag, args, server_args)
         if problem is not None:
             raise SweepError(f"sweep.{flag}", problem)
+        other = seen.setdefault(flags.option(flag), flag)
+        if other != flag:
+            raise SweepError(f"sweep.{flag}", f"{flag!r} and {other!r} are one llama-server option; sweep it once")
     combos = 1
     for values in sweep.values():
         combos *= len(values)
@@ -109,8 +133,10 @@ def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw
             problem = flags.check([f, v])
             if problem is not None:
                 raise SweepError(f"sweep.{f}", problem.message)
-        if len(set(vs)) != len(vs):
-            raise SweepError(f"sweep.{f}", f"values {vs} repeat once written as llama-server reads them")
+        keys = [value_key(v) for v in vs]
+        if len(set(keys)) != len(keys):
+            a, b = next((x, y) for i, x in enumerate(vs) for y in vs[i + 1:] if value_key(x) == value_key(y))
+            raise SweepError(f"sweep.{f}", f"values {a!r} and {b!r} are one value as llama-server reads them")
     ns = levels(raw_parallel)
     names = short_names(list(sweep))
     out = []
@@ -136,15 +162,16 @@ def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], 
         ids = [e["id"] for e in manifest["strategies"]]
         if manifest["strategies"][ids.index(raw["id"])] is not raw:  # combinations are named after their entry
             raise SweepError("id", f"duplicate id {raw['id']!r} (also strategies[{ids.index(raw['id'])}])")
-        if levels(raw.get("parallel")) != [1] and {"--parallel", "-np"} & {flags.normalise(a)[0] for a in args}:
+        if "parallel" in raw and slots(args) is not None:
             raise SweepError("args", "give the number of slots with parallel, not --parallel in args")
+        level = default_level(args, tuple(manifest.get("server_args", ())))
         base = raw.get("baseline")
         kinds = {e["id"]: e["spec_type"] for e in manifest["strategies"]}
         if base is not None and base not in kinds:
             raise SweepError("baseline", f"{base!r} is not a strategy id (expected one of {sorted(kinds)})")
-        if base is not None and kinds[base] != "none":
+        if base is not None and spec_types.get(kinds[base]).speculative:
             raise SweepError("baseline", f"{base!r} is not a baseline (spec_type {kinds[base]!r}, expected 'none')")
-        out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel"), args,
+        out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel", level), args,
                      tuple(manifest.get("server_args", ())))
         if before + len(out) * copies > MAX_EXPANDED:  # copies: the entry once per build it runs on
             raise SweepError("id", f"{before + len(out) * copies} strategies once sweeps and levels are expanded"
@@ -152,6 +179,19 @@ def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], 
     except SweepError as e:
         raise ManifestError(f"{where}.{e.field}: {e.message}") from None
     return out
+
+
+def default_level(args: tuple[str, ...], server_args: tuple[str, ...]) -> int:
+    """The concurrency level of an entry without `parallel`: the slots its args give, else the manifest's
+    server_args, else 1 (a server of N slots is measured with N clients, never one). SweepError when the count is
+    not a whole number of slots within the schema's bound."""
+    for where, given in (("args", args), ("server_args", server_args)):
+        n = slots(given)
+        if n is not None:
+            if not (n.isascii() and n.isdigit() and 1 <= int(n) <= MAX_SLOTS):
+                raise SweepError(where, f"--parallel {n!r}: expected a whole number of slots from 1 to {MAX_SLOTS}")
+            return int(n)
+    return 1
 
 
 def at_level(strategies: list[Any], parallel: int) -> Any:

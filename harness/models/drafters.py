@@ -45,12 +45,13 @@ from harness.models.generate import (
     _masked_rows,
     _vocab,
     _weights,
+    add_vocab,
     check_size,
     finish,
     write_tiny,
 )
 
-#: Generator kinds of `harness.models.ensure.write_tiny` (a target, its draft-simple draft, a foreign-vocabulary draft).
+#: Generator kinds of `harness.models.generate.write_tiny`: a target, its draft-simple draft, a foreign-vocabulary one.
 TINY_KINDS = ("tiny-target", "tiny-draft", "tiny-foreign")
 #: Generator kinds written here, one per speculative type that needs a file of its own.
 DRAFTER_KINDS = ("tiny-dflash2", "tiny-dspark", "tiny-eagle3", "tiny-mtp-target")
@@ -403,19 +404,7 @@ def write_gguf(path: Path, parts: GgufParts, *, vocab: Vocab | None = None) -> P
             writer.add_array(full, [int(v) for v in value])
         else:
             raise TypeError(f"{full}: unsupported value {value!r}")
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(vocab.tokens)
-    writer.add_token_scores(vocab.scores)
-    writer.add_token_types(vocab.types)
-    writer.add_unk_token_id(0)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    if parts.mask_token:
-        writer.add_mask_token_id(MASK_TOKEN_ID)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
+    add_vocab(writer, vocab, MASK_TOKEN_ID if parts.mask_token else None)
     return finish(writer, {n: _f32(parts.tensors[n]) for n in sorted(parts.tensors, key=_tensor_order)}, partial,
                   path)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from harness import ROOT, KitError
-from harness.files import file_sha256, is_inside
+from harness.files import file_sha256, is_inside, remember_moved
 from harness.intake.manifest import Manifest, ModelFile, model_location
 from harness.models import drafters
 from harness.models import pypi as pypi_models
@@ -84,9 +84,7 @@ def hf_download(model: ModelFile, models_dir: Path, dest: Path | None = None,
                            f"the manifest pins {model.sha256}; the download was removed")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(got), dest)
-        cache = got.with_name(got.name + ".sha256")
-        if cache.is_file():  # the hash just computed, kept beside the model (keyed by size and mtime)
-            shutil.move(str(cache), dest.with_name(dest.name + ".sha256"))
+        remember_moved(got, dest)  # the hash just computed stays in the kit's cache, not beside the model
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

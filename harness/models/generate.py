@@ -152,6 +152,15 @@ def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, *, embe
     writer.add_head_count_kv(HEADS)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(embed // HEADS)
+    add_vocab(writer, vocab)
+    return finish(writer, {n: keep[n] for n in sorted(keep, key=_tensor_order)}, partial, path)
+
+
+def add_vocab(writer, vocab: Vocab, mask_token_id: int | None = None) -> None:
+    """The file type and the SPM tokenizer block of every generated model, in this order: the files' bytes, and so
+    their pinned sha256, depend on it."""
+    import gguf  # heavy import, only when generating
+
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
@@ -161,9 +170,10 @@ def write_tiny(path: Path, kind: str, seed: int = 7, alpha: float = 0.1, *, embe
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
+    if mask_token_id is not None:
+        writer.add_mask_token_id(mask_token_id)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    return finish(writer, {n: keep[n] for n in sorted(keep, key=_tensor_order)}, partial, path)
 
 
 def finish(writer, tensors: dict[str, np.ndarray], partial: Path, path: Path) -> Path:

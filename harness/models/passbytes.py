@@ -18,13 +18,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.intake import spec_types
 from harness.models.gguf_facts import ModelFacts
 
 #: Bytes per element of the KV cache types llama-server accepts (-ctk / -ctv), per 32-element block for quants.
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
                  "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
-SEQUENTIAL_DRAFTERS = frozenset({"draft-simple", "draft-eagle3", "draft-mtp"})
-BLOCK_DRAFTERS = frozenset({"draft-dflash", "draft-dspark"})
 
 
 def tensor_block(ggml_type: int) -> tuple[int, int] | None:
@@ -140,11 +139,19 @@ def draft_steps(spec_type: str, draft_n: int, passes: float, calls: int | None =
     drafter (the server's call count when its log gives one, else one per pass)."""
     if passes <= 0:
         return 0.0
-    if spec_type in SEQUENTIAL_DRAFTERS:
+    row = spec_types.find(spec_type)
+    drafting = row.drafting if row is not None else None
+    if drafting == spec_types.SEQUENTIAL:
         return draft_n / passes
-    if spec_type in BLOCK_DRAFTERS:
+    if drafting == spec_types.BLOCK:
         return (calls / passes) if calls else 1.0
     return 0.0
+
+
+def nextn_draft(spec_type: str) -> bool:
+    """Whether the type drafts with the target's own NextN (MTP) block, whose bytes a pass then reads."""
+    row = spec_types.find(spec_type)
+    return row is not None and row.mtp_target
 
 
 def per_pass(target: ModelReads, depth: float, *, k_type: str = "f16", v_type: str = "f16",

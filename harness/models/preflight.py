@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import KitError
+from harness.intake import spec_types
+from harness.intake.spec_types import SpecType
 from harness.models.gguf_facts import ModelFacts
 
-#: Spec types that read a drafter file (`-md`); the others take none (draft-mtp uses the target's NextN block).
-DRAFT_SPEC_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 #: Drafter architectures: a file of one of these is not a language model of its own.
 DRAFTER_ARCHS = frozenset({"dflash", "eagle3"})
 FLAVOURS = ("dflash1", "dflash2", "dspark", "eagle3", "mtp")
-#: The flavour a spec type expects of its drafter (draft-dflash runs DFlash1 and DFlash2 files).
-_EXPECTED_FLAVOURS = {"draft-dflash": ("dflash1", "dflash2"), "draft-dspark": ("dspark",)}
 
 # Tensor names the b11434 loader creates for a drafter (the DeepSeek-V4 DSpark variant aside); "%d" is a layer.
 _DFLASH_GLOBAL = {"token_embd.weight", "d2t", "fc.weight", "fc.scale", "enc.output_norm.weight",
@@ -64,6 +62,7 @@ class _Ctx:
                  target_key: str, draft_key: str) -> None:
         self.spec_type, self.target, self.draft, self.supported = spec_type, target, draft, supported
         self.target_key, self.draft_key = target_key, draft_key
+        self.spec: SpecType = spec_types.get(spec_type)
 
     def t(self, found: str, expected: str) -> str:
         return f"models.{self.target_key} ({self.target.source}): {found}; expected {expected}"
@@ -78,7 +77,7 @@ class _Ctx:
         d = self.draft
         if d is None or d.architecture not in DRAFTER_ARCHS:
             return None
-        return d if self.spec_type in ("draft-dflash", "draft-dspark", "draft-eagle3") else None
+        return d if self.spec.drafter_arch is not None else None
 
 
 def check(spec_type: str, target: ModelFacts, draft: ModelFacts | None,
@@ -102,9 +101,9 @@ def check(spec_type: str, target: ModelFacts, draft: ModelFacts | None,
 
 
 def _draft_given(c: _Ctx) -> list[str]:
-    if c.spec_type in DRAFT_SPEC_TYPES and c.draft is None:
+    if c.spec.draft_file and c.draft is None:
         return [f"models.{c.draft_key}: no draft file given; spec type {c.spec_type} reads one (-md)"]
-    if c.spec_type not in DRAFT_SPEC_TYPES and c.draft is not None:
+    if not c.spec.draft_file and c.draft is not None:
         return [c.d(f"a draft file under spec type {c.spec_type}", "none (it takes no -md file)")]
     return []
 
@@ -115,18 +114,18 @@ def _architecture(c: _Ctx) -> list[str]:
         out.append(c.t(f"architecture {c.target.architecture} (a drafter)", "a language model as the target"))
     d = c.draft
     if d is not None:
-        want = {"draft-dflash": "dflash", "draft-dspark": "dflash", "draft-eagle3": "eagle3"}.get(c.spec_type)
+        want = c.spec.drafter_arch
         if want and d.architecture != want:
             out.append(c.d(f"architecture {d.architecture}", f"a {want} drafter for spec type {c.spec_type}"))
-        if c.spec_type == "draft-simple" and d.architecture in DRAFTER_ARCHS:
+        if c.spec.language_model_draft and d.architecture in DRAFTER_ARCHS:
             out.append(c.d(f"architecture {d.architecture} (a drafter that reads the target's states)",
-                           "a language model of its own for draft-simple (or spec type "
-                           f"{'draft-eagle3' if d.architecture == 'eagle3' else 'draft-dflash/draft-dspark'})"))
-    if c.spec_type == "draft-mtp":
+                           f"a language model of its own for {c.spec_type} (or spec type "
+                           f"{'/'.join(t.name for t in spec_types.reading(d.architecture))})"))
+    if c.spec.mtp_target:
         if c.target.nextn_predict_layers <= 0:
             out.append(c.t(f"architecture {c.target.architecture} with no NextN layers "
                            f"({c.target.architecture}.nextn_predict_layers absent or 0)",
-                           "a target with MTP/NextN layers for draft-mtp (e.g. qwen35, glm4moe, deepseek2)"))
+                           f"a target with MTP/NextN layers for {c.spec_type} (e.g. qwen35, glm4moe, deepseek2)"))
         elif not c.target.has_nextn_tensors:
             out.append(c.t(f"nextn_predict_layers {c.target.nextn_predict_layers} but no blk.N.nextn.* tensors",
                            "the NextN block's tensors (eh_proj, enorm, hnorm) in the file"))
@@ -147,8 +146,8 @@ def _flavour_supported(c: _Ctx) -> list[str]:
                 then = f"this image's loader says 'unknown model architecture: '{d.architecture}''"
             out.append(c.d(f"a {flavour} drafter ({then})", "a flavour this image's llama.cpp loads: "
                            f"{', '.join(f for f in FLAVOURS if f in c.supported) or 'none'}"))
-    if c.spec_type == "draft-mtp" and "mtp" not in c.supported:
-        out.append(c.t("a target for draft-mtp", "an image whose llama.cpp has draft-mtp"))
+    if not c.spec.draft_file and c.spec.flavours and not set(c.spec.flavours) & c.supported:
+        out.append(c.t(f"a target for {c.spec_type}", f"an image whose llama.cpp has {c.spec_type}"))
     return out
 
 
@@ -158,13 +157,15 @@ def _flavour(d: ModelFacts) -> str | None:
 
 def _flavour_matches_type(c: _Ctx) -> list[str]:
     d = c.draft
-    if d is None or d.dflash_flavour is None or c.spec_type not in _EXPECTED_FLAVOURS:
+    # a file of the type's architecture but another flavour: the server runs it silently (the architecture rule
+    # names a file of another architecture)
+    if d is None or d.dflash_flavour is None or d.architecture != c.spec.drafter_arch:
         return []
-    if d.dflash_flavour in _EXPECTED_FLAVOURS[c.spec_type]:
+    if d.dflash_flavour in c.spec.flavours:
         return []
-    right = "draft-dspark" if d.dflash_flavour == "dspark" else "draft-dflash"
+    right = spec_types.for_flavour(d.dflash_flavour)
     return [c.d(f"a {d.dflash_flavour} file under spec type {c.spec_type} (the server runs it silently, "
-                f"as {c.spec_type})", f"spec type {right} for a {d.dflash_flavour} file")]
+                f"as {c.spec_type})", f"spec type {right.name if right else '?'} for a {d.dflash_flavour} file")]
 
 
 def loader_tensor_names(facts: ModelFacts, supported: set[str]) -> set[str] | None:
@@ -266,7 +267,7 @@ def _mask_token(c: _Ctx) -> list[str]:
 
 def _vocabulary(c: _Ctx) -> list[str]:
     d = c.draft
-    if d is None or c.spec_type not in DRAFT_SPEC_TYPES:
+    if d is None or not c.spec.draft_file:
         return []
     t = c.target
     if d.vocab_sha256 is None or t.vocab_sha256 is None:
@@ -281,7 +282,7 @@ def _vocabulary(c: _Ctx) -> list[str]:
 def _required_keys(c: _Ctx) -> list[str]:
     out = []
     for facts, line in ((c.target, c.t), (c.draft, c.d)):
-        if facts is None or (facts is c.draft and c.spec_type not in DRAFT_SPEC_TYPES):
+        if facts is None or (facts is c.draft and not c.spec.draft_file):
             continue
         arch = facts.architecture
         if arch is None:

@@ -13,6 +13,7 @@ from harness.files import now_iso, safe_name
 from harness.hosts import devices
 from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
+from harness.image import backends
 from harness.image.source import CACHE
 
 
@@ -24,14 +25,10 @@ def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_m
             repetitions: int | None = None, access: Access | None = None) -> dict[str, Any]:
     """Run the probe in a container of `image` on the engine's host, with the devices a run's containers get
     (harness/hosts/devices.py); save and return its record."""
-    if backend == "cuda":
-        cmd = ["specbench-probe-cuda", str(size_mib or 1024), str(repetitions or 20)]
-    elif backend == "vulkan":
-        cmd = ["specbench-probe-ggml", str(size_mib or 256), str(repetitions or 10)]
-    else:
-        cmd = ["specbench-probe", str(size_mib or 256), str(repetitions or 10)]
+    row = backends.get(backend)
+    cmd = [row.probe.program, str(size_mib or row.probe.size_mib), str(repetitions or row.probe.repetitions)]
     done = engine.run_container(image, cmd, {f"{LABEL_PREFIX}.role": "probe"},
-                                access=access or access_from_nodes(backend, []))
+                                access=access or access_from_nodes(row, []))
     if done.exit_code != 0:
         raise KitError(f"probe failed on {engine.name}: {done.stderr.strip()[-300:]}")
     line = done.stdout.strip().splitlines()[-1]
@@ -52,8 +49,8 @@ def probe_host(engine: Engine, manifest: Any, record: dict[str, Any], size_mib: 
     devices set up as for a run: harness/hosts/devices.py)."""
     backend = record["plan"]["backend"]
     acc = None
-    if backend in devices.GPU_BACKENDS:
-        s = devices.setup(engine, backend, record["tag"], manifest.hardware.software_device)
+    if backends.get(backend).gpu:
+        s = devices.setup(engine, backends.get(backend), record["tag"], manifest.hardware.software_device)
         if s.problem:
             raise KitError(f"{engine.name}: {s.problem}")
         acc = s.access

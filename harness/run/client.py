@@ -30,11 +30,14 @@ MAX_RESPONSE_BYTES = 64 << 20
 class MeasurementFailed(Exception):
     """The server or a request failed; the reason, the phase and the server's log tail go into the record."""
 
-    def __init__(self, reason: str, log_tail: str = "", phase: str = "request"):
+    def __init__(self, reason: str, log_tail: str = "", phase: str = "request",
+                 interference: dict[str, Any] | None = None):
         super().__init__(reason)
         self.reason = reason
         self.log_tail = log_tail
         self.phase = phase
+        #: Other work on the host during the failed request (a timeout on a saturated host is the host's).
+        self.interference = interference
 
 
 def get_status(endpoint: Endpoint, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -281,12 +284,17 @@ def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str,
     wraps the timed request alone (the interference measurement); what it yields goes into `interference`."""
     rendered = render_prompt(endpoint, manifest, prompt)
     concurrency = None
-    with window() if window is not None else nullcontext({}) as observed:
-        if parallel > 1:
-            res, concurrency = concurrent(manifest, task, endpoint, rendered, parallel)
-        else:
-            res = stream_completion(endpoint, request_body(manifest, task, rendered, stream=True),
-                                    manifest.request_timeout_s)
+    observed: dict[str, Any] = {}
+    try:
+        with window() if window is not None else nullcontext({}) as observed:
+            if parallel > 1:
+                res, concurrency = concurrent(manifest, task, endpoint, rendered, parallel)
+            else:
+                res = stream_completion(endpoint, request_body(manifest, task, rendered, stream=True),
+                                        manifest.request_timeout_s)
+    except MeasurementFailed as e:
+        e.interference = e.interference or observed or None  # the window is described when the request failed
+        raise
     out = figures(res)
     if observed:
         out["interference"] = observed

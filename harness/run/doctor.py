@@ -9,11 +9,11 @@ from harness import KitError
 from harness.files import file_sha256
 from harness.formatter import console
 from harness.hosts import devices
-from harness.hosts.access import VISIBLE_ENV
 from harness.hosts.engine import Engine
 from harness.hosts.environment import nvidia_smi
 from harness.hosts.remote import SENT_FOLDER
-from harness.image import images
+from harness.image import backends, images
+from harness.image.backends import GPUS, NVIDIA_RUNTIME, VULKAN_DEVICES, Backend
 from harness.intake.manifest import Manifest, model_location
 
 
@@ -43,13 +43,14 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     items.append(Item("docker", True, f"engine {v.get('Version')} (API {v.get('ApiVersion')}) on "
                       f"{info.get('OperatingSystem')}, {info.get('NCPU')} CPUs"))
     found = images.find(engine, manifest)
-    if manifest.build.backend == "vulkan":
+    row = backends.get(manifest.build.backend)
+    if VULKAN_DEVICES in row.doctor:
         items += vulkan_items(engine, manifest, found.tag if found else None)
-    else:
-        items += nvidia_items(engine, manifest)
+    if GPUS in row.doctor:
+        items += nvidia_items(engine, row)
     runtimes = sorted((info.get("Runtimes") or {}).keys())
     has_nvidia = "nvidia" in runtimes or any("nvidia" in str(x) for x in info.get("CDISpecDirs") or [])
-    if manifest.build.backend == "cuda":
+    if NVIDIA_RUNTIME in row.doctor:
         said = "Docker has the NVIDIA runtime" if has_nvidia else "Docker has no NVIDIA runtime: containers get no GPU"
         items.append(Item("nvidia runtime", has_nvidia, f"{said} (runtimes: {', '.join(runtimes) or 'none'})",
                           "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker"))
@@ -116,13 +117,14 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     return items
 
 
-def nvidia_items(engine: Engine, manifest: Manifest) -> list[Item]:
-    """The GPU as nvidia-smi on the host reports it (needed for the cuda backend), one line per device."""
+def nvidia_items(engine: Engine, backend: Backend) -> list[Item]:
+    """The GPU as nvidia-smi on the host reports it (needed where the backend's devices are nvidia-smi's), one line
+    per device."""
     gpus = devices.from_nvidia_smi(nvidia_smi(engine))
-    cuda = manifest.build.backend == "cuda"
+    cuda = backend.device_list == devices.NVIDIA_SMI
     if gpus:
         return [Item("gpu", True, d.line()) for d in gpus]
-    why = "" if cuda else " (not needed: cpu backend)"
+    why = "" if cuda else f" (not needed: {backend.name} backend)"
     return [Item("gpu", not cuda, f"nvidia-smi not found or no GPU{why}",
                  "install the NVIDIA driver on the host (nvidia-smi must list the GPU)", fatal=cuda)]
 
@@ -130,7 +132,8 @@ def nvidia_items(engine: Engine, manifest: Manifest) -> list[Item]:
 def vulkan_items(engine: Engine, manifest: Manifest, image: str | None) -> list[Item]:
     """The host's render nodes, every Vulkan device the image sees on it (one line each; a software one named as
     such), and the device llama.cpp will use, or why none fits."""
-    acc = devices.access(engine, "vulkan")
+    row = backends.get(manifest.build.backend)
+    acc = devices.access(engine, row)
     software = manifest.hardware.software_device
     items = [Item("render nodes", bool(acc.nodes) or software,
                   f"containers get {acc.describe()}" if acc.nodes else "the host has no /dev/dri: containers see "
@@ -149,7 +152,7 @@ def vulkan_items(engine: Engine, manifest: Manifest, image: str | None) -> list[
         return items + [Item("llama.cpp device", False, problem,
                              "sudo usermod -aG render,video $USER (then log in again), and check that "
                              "/dev/dri/renderD* exists")]
-    used = (f"Vulkan {index} ({VISIBLE_ENV}={index}: llama.cpp skips software devices unless told)"
+    used = (f"Vulkan {index} ({row.visible_env}={index}: llama.cpp skips software devices unless told)"
             if index is not None else "llama.cpp's own choice: " + ", ".join(
                 f"Vulkan {d.index}" for d in found if d.software is None))
     return items + [Item("llama.cpp device", True, used)]

@@ -1,7 +1,8 @@
 """Executes a plan: hosts in parallel (one measurement at a time per host), records appended as they finish,
 progress, Ctrl-C and SIGTERM, leftovers removed, resume (measurements already recorded are skipped), and retakes:
-a measurement that other work disturbed (harness/run/interference.py) is measured again at the end of its round,
-up to the run's cap, both records kept and the second marked `retake_of` the first."""
+a measurement that other work disturbed (harness/run/interference.py), or that failed while other work ran or
+where its cell succeeded, is measured again at the end of its round, chosen by the pairs it restores
+(harness/analysis/gaps.py), up to the run's cap, both records kept and the second marked `retake_of` the first."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ import itertools
 import random
 import signal
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from harness import KitError
+from harness.analysis import gaps
+from harness.analysis.records import Measurement
 from harness.files import now_iso
 from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
-from harness.run.protocol import Context
+from harness.run.protocol import Context, MeasurementProtocol
 from harness.store.rundir import RunDir
 
 
@@ -88,41 +91,67 @@ class Progress:
 
 
 class Retakes:
-    """Which disturbed measurements are measured again: at the end of their round, in an order shuffled with the
-    run's seed, each once, at most `cap` in the run (every host together). Built from the run's records, so a
-    resumed run retakes what an interruption left owed, and counts what it already retook."""
+    """Which measurements are measured again, at the end of their round: those other work disturbed, or that failed
+    while it ran or where their cell succeeded (harness/analysis/gaps.py), chosen by the pairs they restore (a
+    disturbed baseline first: it holds a pair for every strategy on its task and prompt), at most `cap` in the run
+    (every host together, every resume included), each once per execution, run in an order shuffled with the run's
+    seed. Built from the run's records, so a resumed run retakes what is still missing, and counts what it already
+    retook."""
 
-    def __init__(self, cap: int, seed: int):
+    def __init__(self, cap: int, seed: int, baselines: Mapping[str, str | None]):
         self.cap = cap
         self.seed = seed
-        self.disturbed: dict[tuple[str, int], list[str]] = defaultdict(list)  # (host, round) -> first takes
-        self.taken: set[str] = set()  # measurement ids retaken, or being retaken
+        self.baselines = dict(baselines)
+        self.records: list[Measurement] = []
+        self.taken: set[str] = set()  # ids retaken (in a record's retake_of), or being retaken now
         self.lock = threading.Lock()
 
     def note(self, rec: dict[str, Any]) -> None:
         """Learn from one record of the run (an old one read back, or a new one)."""
         with self.lock:
+            self.records.append(Measurement.of(rec))
             if rec.get("retake_of"):
                 self.taken.add(rec["retake_of"])
-            elif rec["status"] == "ok" and (rec.get("interference") or {}).get("disturbed"):
-                self.disturbed[(rec["host"], rec["round"])].append(rec["measurement_id"])
+
+    def _open(self, host: str, rounds: set[int]) -> tuple[list[gaps.Gap], frozenset[gaps.Slot]]:
+        st = gaps.state(self.records)
+        return ([g for g in st.gaps if g.slot[0] == host and g.slot[4] in rounds and g.id not in self.taken],
+                st.present)
+
+    @property
+    def left(self) -> int:
+        return max(0, self.cap - len(self.taken))
 
     def owed(self, host: str, items: list[Planned]) -> bool:
         """Does any of these items' rounds still owe a retake the cap allows?"""
         with self.lock:
-            rounds = {i.round for i in items}
-            return len(self.taken) < self.cap and any(m not in self.taken for (h, r), ids in self.disturbed.items()
-                                                      if h == host and r in rounds for m in ids)
+            open_, present = self._open(host, {i.round for i in items})
+            return bool(gaps.choose(open_, present, self.baselines, self.left, str(self.seed)))
 
-    def due(self, host: str, round_: int, items: list[Planned]) -> list[Planned]:
-        """The retakes a finished round owes, as many as the cap still allows; they count as taken from now."""
+    def due(self, host: str, round_: int, items: list[Planned]) -> tuple[list[Planned], str | None]:
+        """The retakes a finished round owes, as many as the cap still allows, in a shuffled order (they count as
+        taken from now), and a line saying what they are (None when there is nothing to say)."""
         with self.lock:
-            by_id = {i.measurement_id: i for i in items}
-            ids = [m for m in self.disturbed[(host, round_)] if m not in self.taken and m in by_id]
-            random.Random(f"{self.seed}:{host}:{round_}:retakes").shuffle(ids)
-            ids = ids[:max(0, self.cap - len(self.taken))]
-            self.taken.update(ids)
-            return [by_id[m].retake() for m in ids]
+            by_slot = {(i.host, i.cell.strategy.id, i.cell.task.id, i.cell.prompt.id, i.round): i for i in items}
+            open_, present = self._open(host, {round_})
+            open_ = [g for g in open_ if g.slot in by_slot]
+            chosen = gaps.choose(open_, present, self.baselines, self.left,
+                                 f"{self.seed}:{host}:{round_}:retakes")
+            random.Random(f"{self.seed}:{host}:{round_}:retake-order").shuffle(chosen)
+            self.taken.update(g.id for g in chosen)
+            if not open_:
+                return [], None
+            why = [f"{n} {w}" for w, n in (("disturbed by other work", sum(g.why == "disturbed" for g in open_)),
+                                           ("failed", sum(g.why == "failed" for g in open_))) if n]
+            line = f"{host}: round {round_}: {len(open_)} measurement(s) do not count ({', '.join(why)}); "
+            if chosen:
+                line += (f"measuring {len(chosen)} again to restore {gaps.restored(chosen, present, self.baselines)} "
+                         f"pair(s) (those that restore the most first; {len(self.taken)} of at most {self.cap} "
+                         "retakes in this run)")
+            else:
+                line += (f"none measured again ({len(self.taken)} of at most {self.cap} retakes in this run"
+                         + (", the cap is spent" if not self.left else ": none would restore a pair") + ")")
+            return [replace(by_slot[g.slot], retake_of=g.id) for g in chosen], line
 
 
 class Executor:
@@ -130,8 +159,9 @@ class Executor:
 
     Long by design: the run's lifecycle (resume filter, hosts, interruption, leftovers) in short methods."""
 
-    def __init__(self, ctx: Context, engines: list[Engine], protocol: Any, rd: RunDir, *,
-                 log: Callable[[str], None] = print, progress: bool = True, retake_cap: int = 0, seed: int = 0):
+    def __init__(self, ctx: Context, engines: list[Engine], protocol: MeasurementProtocol, rd: RunDir, *,
+                 log: Callable[[str], None] = print, progress: bool = True, retake_cap: int = 0, seed: int = 0,
+                 baselines: Mapping[str, str | None] | None = None):
         self.ctx = ctx
         self.engines = {e.name: e for e in engines}
         #: What means an engine or its connection was lost, on any of these engines: the run stops, resumable.
@@ -147,15 +177,17 @@ class Executor:
         #: Retakes only where the protocol measures each time in a container of its own.
         self.retake_cap = retake_cap if getattr(protocol, "retakes", False) else 0
         self.seed = seed
+        #: Each strategy's baseline: what pairs with what, so retakes go where they restore the most pairs.
+        self.baselines = dict(baselines or {})
         self._done: set[str] = set()
-        self._retakes = Retakes(self.retake_cap, seed)
+        self._retakes = Retakes(self.retake_cap, seed, self.baselines)
 
     def execute(self, items: list[Planned]) -> dict[str, int]:
         """Run every item not yet in the run folder, and the retakes its rounds owe. Returns counts: ok, failed and
         skipped of the items, and the retakes made."""
         known = self.rd.measurements()
         done = self._done = {r["measurement_id"] for r in known}
-        self._retakes = Retakes(self.retake_cap, self.seed)
+        self._retakes = Retakes(self.retake_cap, self.seed, self.baselines)
         for rec in sorted(known, key=lambda r: r.get("order", 0)):
             self._retakes.note(rec)
         todo = [p for p in items if p.measurement_id not in done]
@@ -240,12 +272,11 @@ class Executor:
             run([i for i in in_round if i.measurement_id not in self._done])
             if self._stop.is_set():
                 return
-            again = self._retakes.due(host, round_, in_round)
+            again, line = self._retakes.due(host, round_, in_round)
+            if line:
+                progress.say(line)
             if again:
                 progress.more(len(again))
-                progress.say(f"{host}: round {round_}: other work disturbed {len(again)} measurement(s); measuring "
-                             f"{'it' if len(again) == 1 else 'them'} again ({len(self._retakes.taken)} of at most "
-                             f"{self.retake_cap} retakes in this run)")
                 run(again)
 
     def _run_hosts_parallel(self, by_host: dict[str, list[Planned]], counts: dict[str, int],

@@ -34,6 +34,10 @@ every figure and name them in a warning; an adaptive run (`invoke run --until`) 
 where most measurements were disturbed (a shared machine busy throughout) they are kept instead, and the warning
 says the figures describe a busy machine. Nothing is down-weighted: a weight would need a model of how much a given
 disturbance slows a given server, which the kit does not have.
+
+Fewer are disturbed at all with a quiet wait (`invoke run --quiet-wait 30s`, `wait_quiet`): with the server ready
+and idle, the same figure is taken over consecutive short windows until one would not count as disturbed, or the
+bound passes; the record keeps how long it waited and whether the host was quiet at the end.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ from harness.hosts.engine import Engine
 
 #: /proc/stat counts in USER_HZ, 100 per second on every architecture Linux runs on today.
 USER_HZ = 100
+#: The window of one look at the host while waiting for it to be quiet: 50 ticks per CPU, a resolution of 0.02
+#: cores, half a second added to every measurement of a run that waits.
+QUIET_WINDOW_S = 0.5
 _FREQ_CMD = ("cat /sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq 2>/dev/null; echo ---; "
              "cat /sys/devices/system/cpu/cpu*/thermal_throttle/core_throttle_count "
              "/sys/devices/system/cpu/cpu*/thermal_throttle/package_throttle_count 2>/dev/null; true")
@@ -281,8 +288,8 @@ def interference(before: Sample, after: Sample, disturbed_cores: float = DISTURB
     return figure(before, after, disturbed_cores).as_dict()
 
 
-def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES) -> Figure:
-    """`interference` as a typed value."""
+def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES, what: str = "request") -> Figure:
+    """`interference` as a typed value; `what` the window is, in its reasons."""
     window = max(after.at - before.at, 1e-9)
     reasons: list[str] = []
     busy = steal = others = cores = frac = None
@@ -303,7 +310,7 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
         if cores + (steal or 0.0) / window > disturbed_cores:
             reasons.append(f"other work used {cores:.2f} cores" + (f" and steal {steal / window:.2f}"
                                                                    if steal else "") +
-                           f" on average over the {window:.2f} s request (limit {disturbed_cores:g})")
+                           f" on average over the {window:.2f} s {what} (limit {disturbed_cores:g})")
     throttled = None
     if before.throttle_count is not None and after.throttle_count is not None:
         throttled = after.throttle_count > before.throttle_count
@@ -341,3 +348,26 @@ def around(engine: Engine, container, client_on_host: bool | None = None) -> Ite
         yield out
     finally:
         out.update(interference(before, sample(engine, container, edge="end", client_on_host=client_on_host)))
+
+
+def wait_quiet(engine: Engine, container, bound_s: float, client_on_host: bool | None = None,
+               window_s: float | None = None) -> dict[str, Any]:
+    """Before a timed request, with the server ready and idle: look at the host over consecutive windows of
+    QUIET_WINDOW_S (each end sample starts the next window) until a window would not count as disturbed, or
+    `bound_s` has passed since the first look. Returns what the record keeps as `quiet.wait`."""
+    window_s = QUIET_WINDOW_S if window_s is None else window_s
+    t0 = time.monotonic()
+    prev = sample(engine, container, edge="end", client_on_host=client_on_host)
+    windows, fig = 0, None
+    while True:
+        time.sleep(max(0.0, min(window_s, bound_s - (time.monotonic() - t0))))
+        cur = sample(engine, container, edge="end", client_on_host=client_on_host)
+        fig = figure(prev, cur, what="look before the request")
+        windows += 1
+        prev = cur
+        if not fig.disturbed or time.monotonic() - t0 >= bound_s:
+            break
+    measured = fig.others_cores is not None
+    return {"bound_s": bound_s, "waited_s": round(time.monotonic() - t0, 3), "windows": windows,
+            "quiet": measured and not fig.disturbed, "others_cores": fig.others_cores,
+            **({"reasons": fig.reasons} if fig.disturbed else {})}

@@ -11,15 +11,15 @@ from pathlib import Path
 from harness import KitError
 from harness.files import display_path
 from harness.formatter import size
-from harness.image import source
+from harness.image import backends, source
+from harness.intake import spec_types
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
 from harness.models.generate import EMBED, FF, TARGET_LAYERS, check_size
 from harness.run import builds as per_build
+from harness.store.runmeta import MAX_MEASUREMENTS
 
-#: A plan larger than this is a mistake (a run of a few seconds per measurement would take weeks).
-MAX_MEASUREMENTS = 100_000
 #: At most this share of a plan's measurements is retaken when other work disturbed them, rounded down (a run of
 #: fewer than ten measurements takes none unless asked; `--retakes` overrides).
 RETAKE_SHARE = 0.10
@@ -98,13 +98,28 @@ class Plan:
         out = {f: [s for s in ss if s.parallel == lowest[f]] for f, ss in out.items()}
         return {f: ss for f, ss in out.items() if len(ss) > 1}
 
+    def confirm_strategies(self, top: list[str], baselines: dict[str, str | None]) -> list[str]:
+        """What the confirmation rounds measure of a sweep's best combinations `top` (ids at the entry's lowest
+        level): each of them at every concurrency level of its entry, the baselines they pair with, and every level
+        of those baselines' entries, so that the serving comparison of the winner at N clients rests on fresh
+        rounds too. In plan order."""
+        by_id = {s.id: s for s in self.strategies}
+        want: set[str] = set()
+        for c in top:
+            combo = by_id[c]
+            levels = [s.id for s in self.strategies if s.family_id == combo.family_id and s.sweep == combo.sweep]
+            want |= set(levels)
+            for sid in levels:
+                base = by_id.get(baselines.get(sid) or "")
+                if base is not None:
+                    want |= {s.id for s in self.strategies if s.family_id == base.family_id}
+        return [s.id for s in self.strategies if s.id in want]
+
     def confirm_measurements(self, rounds: int, baselines: dict[str, str | None]) -> int:
-        """How many measurements the confirmation rounds will add: per round and prompt, each sweep's best two
-        combinations and the baselines they pair with (each once)."""
-        cells = set()
-        for ss in self.sweeps().values():
-            for s in ss[:2]:
-                cells |= {s.id, baselines.get(s.id) or s.id}
+        """How many measurements the confirmation rounds will add: per round and prompt, what
+        `confirm_strategies` measures of each sweep's best two combinations (each once)."""
+        cells = {sid for ss in self.sweeps().values()
+                 for sid in self.confirm_strategies([s.id for s in ss[:2]], baselines)}
         return rounds * len(cells) * sum(len(t.prompts) for t in self.tasks) * len(self.hosts)
 
     def describe(self) -> str:
@@ -146,16 +161,17 @@ def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | 
 def aa_twin(baseline: Strategy) -> Strategy:
     """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
     the report shows how much drift survives the pairing by rounds."""
-    return Strategy(f"{baseline.id}-aa", "none", None, baseline.args, f"A/A control of {baseline.id}",
+    return Strategy(f"{baseline.id}-aa", baseline.spec_type, None, baseline.args, f"A/A control of {baseline.id}",
                     baseline.parallel, baseline.model, baseline.id, f"{baseline.id}-aa", build=baseline.build)
 
 
 def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | None = None,
               tasks: list[str] | None = None, runs: int | None = None, shuffle_seed: int | None = None,
-              aa_control: bool = False, retakes: int | None = None) -> Plan:
+              aa_control: bool = False, retakes: int | None = None, max_rounds: int | None = None) -> Plan:
     """The plan for a manifest (or a subset of it) on the named hosts; with aa_control, each baseline twice.
     `retakes` caps the disturbed measurements measured again (default: the manifest's, else RETAKE_SHARE of the
-    planned ones)."""
+    planned ones). `max_rounds`: the run may add rounds up to it (--until); those, and the confirmation rounds
+    after a sweep, count against MAX_MEASUREMENTS as the planned ones do."""
     strats, tks = select(manifest, strategies, tasks)
     if aa_control:
         ids = {s.id for s in manifest.strategies}
@@ -169,9 +185,17 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
         raise KitError(f"--runs: expected at least 1, got {runs}")
     seed = shuffle_seed if shuffle_seed is not None else random.SystemRandom().randrange(2**31)
     plan = Plan(strats, tks, runs, seed, hosts)
-    total = len(plan.cells) * runs * len(hosts)
-    if total > MAX_MEASUREMENTS:
-        raise KitError(f"the plan has {total:,} measurements; at most {MAX_MEASUREMENTS:,} (fewer runs or a subset)")
+    per_round = len(plan.cells) * len(hosts)
+    total = per_round * runs
+    added = per_round * max(0, (max_rounds or 0) - runs)
+    confirming = plan.confirm_measurements(confirm_rounds(manifest, runs), {
+        s.id: (b.id if (b := manifest.baseline_for(s)) else None) for s in strats}) if plan.sweeps() else 0
+    if total + added + confirming > MAX_MEASUREMENTS:
+        more = "".join(f" + {n:,} {what}" for n, what in (
+            (added, f"in rounds --until may add up to round {max_rounds}"),
+            (confirming, "in the confirmation rounds")) if n)
+        raise KitError(f"the plan has {total:,} measurements{more}; at most {MAX_MEASUREMENTS:,} in all (fewer "
+                       "runs, rounds or confirm_rounds, or a subset)")
     plan.add_rounds(1, runs)
     retakes = retakes if retakes is not None else manifest.retakes
     plan.retake_cap = retakes if retakes is not None else math.floor(RETAKE_SHARE * len(plan.items))
@@ -204,7 +228,7 @@ def model_preflight(manifest: Manifest, models_dir: Path,
                                f"headers): models.{key} ({where}) is not there yet; `invoke models`, then validate "
                                "again")
         present = {k for k, m in manifest.models.items() if m.local_path(models_dir).is_file()}
-        flavoured = [s.id for s in manifest.strategies if (s.draft or s.spec_type == "draft-mtp")
+        flavoured = [s.id for s in manifest.strategies if (s.draft or spec_types.get(s.spec_type).flavours)
                      and set(s.model_keys()) <= present and s.build in unfetched]
         if flavoured:
             not_checked.append(f"strategies {', '.join(flavoured)}: the drafter flavour against the image's "
@@ -254,7 +278,8 @@ def sweep_lines(manifest: Manifest, plan: Plan) -> list[str]:
         extra = plan.confirm_measurements(rounds, {s.id: (b.id if (b := manifest.baseline_for(s)) else None)
                                                    for s in plan.strategies})
         lines.append(f"confirmation: {rounds} fresh rounds of each sweep's best two combinations and their "
-                     f"baseline after the sweep: +{extra} measurements, {len(plan.items) + extra} in all")
+                     f"baseline, each at every concurrency level of its entry, after the sweep: +{extra} "
+                     f"measurements, {len(plan.items) + extra} in all")
     return lines
 
 
@@ -280,8 +305,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
-             f"build: {manifest.build.backend}"
-             + (f", CUDA arch {manifest.build.cuda_architectures}" if manifest.build.backend == "cuda" else "")
+             f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
              + (f"; {len(manifest.builds)} builds of llama.cpp, each strategy on its own (below), measured in the "
                 "same rounds" if manifest.builds else f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}"),
              "strategies:"]

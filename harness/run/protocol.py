@@ -1,6 +1,6 @@
 """How a measurement is made: the fresh-container protocol (the kit's), and the naive reuse-server protocol (on
-purpose, labelled as such). Both build their records with the same functions, so a record means the same thing
-whichever protocol made it; they differ only in which server a request goes to."""
+purpose, labelled as such), both a `MeasurementProtocol`. Both build their records with the same functions, so a
+record means the same thing whichever protocol made it; they differ only in which server a request goes to."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from harness.files import now_iso
 from harness.hosts import environment
-from harness.hosts.devices import GPU_BACKENDS, Access, access_from_nodes
+from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
+from harness.image import backends
 from harness.run import builds, interference, serverlog
 from harness.run.client import MeasurementFailed, run_request
 from harness.run.plan import Planned
@@ -25,6 +26,8 @@ from harness.schema import FORMAT_VERSIONS
 Emit = Callable[[dict[str, Any]], None]
 #: Log lines read after a request for the server's own statistics (printed at its end).
 SERVER_LOG_LINES = 200
+#: How long to wait for the acceptance line of a request whose draft calls are already in the log.
+STATS_WAIT_S = 5.0
 
 
 @dataclass
@@ -41,10 +44,12 @@ class Context:
     access: dict[str, Access] = field(default_factory=dict)
     #: Each build's image, for a run of several builds (harness/run/builds.py); else every container runs `image`.
     images: dict[str | None, str] = field(default_factory=dict)
+    #: Wait at most this long before each timed request for a quiet host (0: no wait; harness/run/interference.py).
+    quiet_wait_s: float = 0.0
 
     def access_on(self, engine: Engine) -> Access:
         """The devices a container of this run gets on the engine's host."""
-        return self.access.get(engine.name) or access_from_nodes(self.backend, [])
+        return self.access.get(engine.name) or access_from_nodes(backends.get(self.backend), [])
 
     def image_for(self, strategy: Any) -> str:
         """The image of a strategy's containers: its own build's."""
@@ -73,28 +78,47 @@ def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
 
 def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
     """The timed request against a ready server, its figures into the record (with the interference other work
-    caused during it); a failure says whether the server died, with its log tail."""
+    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    if ctx.quiet_wait_s > 0:
+        rec.setdefault("quiet", {})["wait"] = interference.wait_quiet(engine, server.container, ctx.quiet_wait_s)
     try:
         rec.update(run_request(ctx.manifest, t, server.endpoint, p.text(), with_probs=not s.speculative
                                and s.parallel == 1, parallel=s.parallel,
                                window=lambda: interference.around(engine, server.container)))
     except MeasurementFailed as e:
+        if e.interference:
+            rec["interference"] = e.interference  # a failure while other work ran may be the host's: retaken
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
-def server_statistics(server: Server) -> dict[str, Any]:
+def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, Any]:
     """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
-    statistics and the speculative implementations it added with their parameters."""
-    parsed = serverlog.parse(server.log(tail=SERVER_LOG_LINES))
-    return {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    statistics, the speculative implementations it added with their parameters, and each draft call's accepted
+    and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
+    # every draft call prints a line: at most one per token of each stream
+    tail = SERVER_LOG_LINES + 2 * item.cell.task.n_predict * item.cell.strategy.parallel
+    deadline = time.monotonic() + STATS_WAIT_S
+    while True:
+        parsed = serverlog.parse(server.log(tail=tail))
+        # the server logs from a thread of its own: a request's last lines may follow its response
+        late = [t for t in parsed["calls"] if t not in seen and t not in parsed["task_accepted"]]
+        if not late or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    out = {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    calls = serverlog.draft_calls(parsed, seen)
+    seen.update(parsed["calls"], parsed["task_accepted"])
+    if calls is not None:
+        out["draft_calls"] = calls
+    return out
 
 
 def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
     """For a GPU backend, what the server's load lines say: the device each model went to, the layers offloaded,
     the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
-    if ctx.backend not in GPU_BACKENDS:
+    if not backends.get(ctx.backend).gpu:
         return None
     return serverlog.devices(server.log(tail="all"))
 
@@ -132,6 +156,21 @@ def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task:
 # ---------------------------------------------------------------- the protocols
 
 
+@runtime_checkable
+class MeasurementProtocol(Protocol):
+    """How the measurements planned for one host are made (the executor runs one per host, in parallel)."""
+
+    #: Recorded in run.json and in every record: a reader knows which protocol made a figure.
+    name: str
+    #: Whether a disturbed measurement may be measured again (harness/run/executor.py).
+    retakes: bool
+
+    def run(self, ctx: Context, engine: Engine, items: list[Planned], emit: Emit, stop: threading.Event) -> None:
+        """Measure `items` on `engine` in their order, `emit` each record as it is made, return early once `stop`
+        is set."""
+        ...
+
+
 class FreshContainer:
     """One new container per measurement: start, /health, one request, remove."""
 
@@ -162,8 +201,8 @@ class FreshContainer:
                 t_done = time.monotonic()
                 rec["slots"] = server.slot_facts()
                 rec["memory_peak_bytes"] = engine.memory_peak(server.container)
-                rec["server_log"] = server_statistics(server)
-                if ctx.backend in GPU_BACKENDS:
+                rec["server_log"] = server_statistics(server, item, set())
+                if backends.get(ctx.backend).gpu:
                     rec["device"] = device_use(ctx, server)
                 rec["timing"] = {"container_start_s": round(server.start_s, 6), "load_s": round(server.load_s, 6),
                                  "request_s": rec["client"]["request_s"],
@@ -203,6 +242,7 @@ class ReuseServer:
         server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image_for(strategy),
                         ctx.access_on(engine), labels_for(ctx.run_id, strategy, None, None))
         emitted = 0
+        seen: set[int] = set()  # the server's tasks (requests) whose draft calls are already in a record
         try:
             with server:
                 used = device_use(ctx, server)
@@ -218,8 +258,8 @@ class ReuseServer:
                         rec["slots"] = server.slot_facts()
                         rec["timing"] = {"container_start_s": 0.0, "load_s": 0.0,
                                          "request_s": rec["client"]["request_s"]}
-                        rec["server_log"] = server_statistics(server)
-                        if ctx.backend in GPU_BACKENDS:
+                        rec["server_log"] = server_statistics(server, item, seen)
+                        if backends.get(ctx.backend).gpu:
                             rec["device"] = used
                     except MeasurementFailed as e:
                         set_failure(rec, e)
@@ -234,4 +274,4 @@ class ReuseServer:
                 emit(rec)
 
 
-PROTOCOLS = {p.name: p for p in (FreshContainer, ReuseServer)}
+PROTOCOLS: dict[str, type[MeasurementProtocol]] = {p.name: p for p in (FreshContainer, ReuseServer)}

@@ -5,42 +5,65 @@ land on one strategy. `reuse_server` runs the naive protocol on purpose (one ser
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness.analysis import completion, sweep, tuning
 from harness.analysis import convergence as cv
-from harness.analysis import sweep, tuning
 from harness.analysis.records import CellIndex, CellKey
 from harness.files import display_path
 from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
-from harness.image import build, images, source
+from harness.image import backends, build, images, source
 from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
-from harness.models import ensure as models
 from harness.models import gguf_facts, preflight
+from harness.models.ensure import ensure
 from harness.run import bandwidth, metadata
 from harness.run import builds as per_build
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan
-from harness.run.protocol import PROTOCOLS, Context, warm_shader_cache
+from harness.run.protocol import PROTOCOLS, Context, MeasurementProtocol, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
 
 #: Round cap of `invoke run --until` when --max-rounds is not given.
 DEFAULT_MAX_ROUNDS = 20
+#: The longest `--quiet-wait` before one measurement (an hour: a bound, not a schedule).
+MAX_QUIET_WAIT_S = 3600
 
 
-def _resume(results_dir: Path, resume: str, manifest: mf.Manifest) -> tuple[RunDir, runmeta.RunMeta]:
+def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | None, retakes: int | None,
+            quiet_wait: float | None) -> tuple[RunDir, runmeta.RunMeta, dict[str, Any]]:
+    """The run folder to resume, its metadata, and what the flags change in its plan: more runs per cell (only
+    where no round follows the planned ones), a new cap of retakes (those already made count against it), a new
+    quiet wait. The changes are written to run.json when the run starts measuring."""
     rd = RunDir.open(Path(resume) if Path(resume).is_dir() else Path(results_dir) / resume)
     meta = rd.read_meta()
     if manifest.sha256 != meta.manifest["sha256"]:
         raise KitError(f"{display_path(manifest.path)} changed since run {rd.run_id} started (sha256 "
                        f"{manifest.sha256[:12]} vs {meta.manifest['sha256'][:12]}); resume with the same manifest")
-    return rd, meta
+    p = meta.plan
+    changes: dict[str, Any] = {}
+    if runs is not None and runs != p.runs:
+        if runs < p.runs:
+            raise KitError(f"--runs {runs}: run {rd.run_id} planned {p.runs} runs per cell; a resume adds rounds, "
+                           "it removes none")
+        if p.extra_rounds:
+            why = " and ".join(sorted({"confirmation" if x.get("purpose") == "confirm" else "--until"
+                                       for x in p.extra_rounds}))
+            raise KitError(f"--runs {runs}: run {rd.run_id} has rounds after its {p.runs} planned ones ({why}), so "
+                           f"its planned runs cannot grow; start a new run with --runs {runs}")
+        changes["runs"] = runs
+    if retakes is not None and retakes != p.retake_cap:
+        changes["retake_cap"] = retakes
+    if quiet_wait is not None and quiet_wait != p.quiet_wait_s:
+        changes["quiet_wait_s"] = quiet_wait
+    return rd, dataclasses.replace(meta, plan=dataclasses.replace(p, **changes)), changes
 
 
 def _image(trusted: Trusted, engines: list[Engine], build_missing: bool, log: Callable[[str], None]) -> dict[str, Any]:
@@ -91,25 +114,30 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
-        retakes: int | None = None, extend: Extender | None = None) -> str:
+        retakes: int | None = None, extend: Extender | None = None, quiet_wait: float | None = None) -> str:
     """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
     interval is still wider are added after the planned ones, until every cell converges or `max_rounds` rounds
     have run. `extend` decides further rounds another way (`invoke reproduce --until`: until the comparison with
-    the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed are
-    measured again at the end of their round (default: the manifest's, else 10% of the planned ones; run.json
-    records the cap). The image runs code from the manifest's source: the task decided once whether it may
-    (harness/intake/trust.py), before any engine was reached."""
+    the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed (or that
+    failed while it ran, or where their cell succeeded) are measured again at the end of their round, those that
+    restore the most pairs first (default: the manifest's, else 10% of the planned ones; run.json records the cap).
+    `quiet_wait` (seconds) waits before each timed request until other work on the host is below the disturbance
+    threshold, at most that long. A resumed run keeps its plan; `runs`, `retakes` and `quiet_wait` given with it
+    change it (more rounds, a new cap, a new wait: `_resume`). The image runs code from the manifest's source: the
+    task decided once whether it may (harness/intake/trust.py), before any engine was reached."""
     manifest = trusted.manifest
     meta = None
-    if until is not None and not 0 < until < 1:
-        raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
-    if retakes is not None and retakes < 0:
-        raise KitError(f"--retakes: expected 0 or more, got {retakes}")
+    changes: dict[str, Any] = {}
+    _check_flags(until, retakes, quiet_wait)
+    for flag, value, least in (("--runs", runs, 1), ("--seed", seed, 0), ("--max-rounds", max_rounds, 1),
+                               ("--retakes", retakes, 0)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise KitError(f"{flag}: expected a whole number of at least {least}, got {value!r}")
     if resume:
-        rd, meta = _resume(results_dir, resume, manifest)
+        rd, meta, changes = _resume(results_dir, resume, manifest, runs, retakes, quiet_wait)
         reuse_server = meta.protocol == "reuse-server"
         p = meta.plan
         own = {s.id for s in manifest.strategies}  # an A/A twin is re-made by aa_control
@@ -117,10 +145,12 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         records = meta.build_records()
     engines = engines or [LocalEngine()]
+    adding = until is not None or extend is not None  # rounds after the planned ones count against the cap too
     plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes)
+                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes,
+                     max_rounds=(max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
     # only the models this plan measures with: `--strategy baseline` needs no drafter
-    model_paths = models.ensure(manifest, models_dir, download=True, log=log,
+    model_paths = ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
     local_preflight(manifest, plan, model_paths)  # a wrong file costs no build
     if meta is None:  # each planned build's image (one for a manifest of one build), found or built on every engine
@@ -144,13 +174,37 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
                                {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control,
-                               confirm_rounds(manifest, plan.runs), {b: r for b, r in records.items() if b})
+                               confirm_rounds(manifest, plan.runs), quiet_wait,
+                               {b: r for b, r in records.items() if b})
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
+    elif changes:
+        _say_changes(rd, meta, changes, plan, log)
     if extend is None and until is not None:
         extend = converge(until)
     return _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
                     {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS)
+
+
+def _check_flags(until: float | None, retakes: int | None, quiet_wait: float | None) -> None:
+    if until is not None and not 0 < until < 1:
+        raise KitError(f"--until: expected a fraction between 0 and 1 such as 5% or 0.05, got {until}")
+    if retakes is not None and retakes < 0:
+        raise KitError(f"--retakes: expected 0 or more, got {retakes}")
+    if quiet_wait is not None and not 0 <= quiet_wait <= MAX_QUIET_WAIT_S:
+        raise KitError(f"--quiet-wait: expected 0 to {MAX_QUIET_WAIT_S} seconds, got {quiet_wait:g}")
+
+
+def _say_changes(rd: RunDir, meta: runmeta.RunMeta, changes: dict[str, Any], plan: Plan,
+                 log: Callable[[str], None]) -> None:
+    """A resume's flags into run.json (the plan's count too, where runs grew), each change said in one line."""
+    plan_meta = dataclasses.replace(meta.plan, measurements=len(plan.items)) if "runs" in changes else meta.plan
+    rd.update_meta(plan=plan_meta)
+    said = {"runs": lambda v: f"{v} runs per cell (rounds added after the planned ones)",
+            "retake_cap": lambda v: f"at most {v} retakes in the run (those already made count)",
+            "quiet_wait_s": lambda v: f"a quiet wait of up to {v:g} s before each measurement" if v else
+            "no quiet wait"}
+    log(f"resume {rd.run_id}: " + "; ".join(said[k](v) for k, v in changes.items()))
 
 
 #: Decides a run's next round after its planned ones: the cells to run and a line saying why, or None when done
@@ -178,7 +232,7 @@ def converge(target: float) -> Extender:
 def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str, Any]) -> dict[str, devices.Setup]:
     """Each host's devices for the image's backend (harness/hosts/devices.py); a host where no device fits (a
     Vulkan image that sees only a software device, unless the manifest measures on one) stops the run here."""
-    backend = record["plan"]["backend"]
+    backend = backends.get(record["plan"]["backend"])
     setups = {}
     for e in engines:
         s = devices.setup(e, backend, record["tag"], manifest.hardware.software_device)
@@ -191,7 +245,7 @@ def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str
 def host_facts(engine: Engine, image: str, setup: devices.Setup) -> dict[str, Any]:
     """The host's facts (harness/hosts/environment.py) and, for a GPU backend, its devices."""
     out = environment.facts(engine, image)
-    if setup.access.backend in devices.GPU_BACKENDS:
+    if backends.get(setup.access.backend).gpu:
         out["devices"] = setup.facts()
     return out
 
@@ -246,23 +300,24 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
                                    f"; {len(problems)} problems:\n  " + "\n  ".join(problems)))
 
 
-def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: Any,
+def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: MeasurementProtocol,
              records: dict[str | None, dict[str, Any]], paths_by_host: dict[str, dict[str, Path]],
              log: Callable[[str], None], progress: bool, access: dict[str, devices.Access],
              extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS) -> str:
     record = next(iter(records.values()))
+    meta = rd.read_meta()
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
-                  access, per_build.images(records))
+                  access, per_build.images(records), meta.plan.quiet_wait_s or 0.0)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
-    log(f"run {rd.run_id}: {plan.describe()}, {proto}; shuffle seed {plan.shuffle_seed}")
-    meta = rd.read_meta()
+    wait = f"; waiting up to {ctx.quiet_wait_s:g} s for a quiet host before each" if ctx.quiet_wait_s else ""
+    log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
-                        seed=plan.shuffle_seed)
+                        seed=plan.shuffle_seed, baselines={s.id: s.baseline for s in meta.planned_strategies()})
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
-        if ctx.backend == "vulkan":
+        if backends.get(ctx.backend).shader_cache:
             for e in engines:
                 warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
@@ -276,8 +331,19 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
                        f"resume with `invoke run --resume {rd.run_id}`") from None
     return (f"run {rd.run_id}: {counts['ok']} ok, {counts['failed']} failed"
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
-            + (f", {counts['retakes']} disturbed measurement(s) measured again" if counts["retakes"] else "")
-            + f"; results in {rd.path}")
+            + (f", {counts['retakes']} measured again (disturbed by other work, or failed)"
+               if counts["retakes"] else "")
+            + f"; results in {rd.path}" + _to_complete(rd))
+
+
+def _to_complete(rd: RunDir) -> str:
+    """Where cells lack a verdict the run could still give them: how many, and the command that does it."""
+    c = completion.of(rd.read_meta(), CellIndex(rd.measurements()))
+    if c.command is None:
+        return ""
+    cells = len(c.fillable) or len(c.short_planned)
+    what = "measuring again what does not count" if c.fillable else "more rounds"
+    return f"\n{cells} cell(s) have no verdict that {what} would give them: `{c.command}`"
 
 
 def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None],
@@ -304,8 +370,10 @@ def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], 
 
 def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], log: Callable[[str], None]) -> None:
     """After the sweep's rounds: fresh rounds of each sweep's best two combinations (by the geometric mean of
-    their paired speedups over the tasks) and the baselines they pair with, on every task, on each host. The
-    best of many noisy combinations is biased upward (the winner's curse); the confirmation rounds are not."""
+    their paired speedups over the tasks) and the baselines they pair with, each at every concurrency level of its
+    entry (Plan.confirm_strategies), on every task, on each host. The best of many noisy combinations is biased
+    upward (the winner's curse); the confirmation rounds are not, and the serving comparison of the winner rests on
+    them alone."""
     meta = rd.read_meta()
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
     index = CellIndex(rd.measurements())
@@ -322,7 +390,7 @@ def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int],
             n = meta.plan.confirm_rounds
             log(f"{host}: sweep {family}: confirming {' and '.join(top)} in {n} fresh round{'s' if n > 1 else ''}")
             chosen += top
-            for sid in top + [baselines[c] for c in top]:
+            for sid in plan.confirm_strategies(top, baselines):
                 cells += [[host, sid, t] for t in tasks if [host, sid, t] not in cells]
     if not cells:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
-from harness.hosts.devices import GPU_BACKENDS, Access
+from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, Mount
+from harness.image import backends
 from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
 from harness.run import serverlog
@@ -21,6 +23,10 @@ MODELS_MOUNT = "/models"
 #: GPU backends' servers log at trace level: llama.cpp's load lines (the device each model went to, layers
 #: offloaded, device buffers) are there; the extra lines are per request, not per token.
 GPU_LOG_FLAGS = ["-lv", "4"]
+#: Speculative servers print one info-level line per draft call (`accepted  2/ 8 draft tokens`) when this is set:
+#: what acceptance by draft position is counted from (harness/run/serverlog.py). One line per target pass at most;
+#: it also lists each tensor once at load, before anything is timed.
+TRACE_ENV = (("LLAMA_TRACE", "1"),)
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
 #: After a failed request, how long to wait for a dying container to be reported exited.
@@ -44,14 +50,19 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
         cmd += ["-md", f"{MODELS_MOUNT}/{strategy.draft}/{model_paths[strategy.draft].name}"]
     cmd += ["--spec-type", strategy.spec_type]
     common = flags.canonical(manifest.server_args)
+    own = flags.canonical(strategy.args)
     if strategy.parallel > 1:
-        # The strategy's slot count replaces the manifest's --parallel; llama-server splits -c among the slots,
+        # The strategy's slot count replaces any --parallel given; llama-server splits -c among the slots,
         # so each of N clients keeps the context a single-stream server gives it: -c times N.
         common = flags.remove(common, ("--parallel", "-np")) + ["--parallel", str(strategy.parallel)]
+        own = flags.remove(own, ("--parallel", "-np"))
         at = [i + 1 for i in range(len(common) - 1) if common[i] in ("-c", "--ctx-size")]
         if at and common[at[-1]].isdigit() and int(common[at[-1]]) > 0:  # the last -c is the one read
             common[at[-1]] = str(int(common[at[-1]]) * strategy.parallel)
-    cmd += common + flags.canonical(strategy.args)
+    else:
+        # one client, one slot: a --parallel the manifest gives for other entries says 1 here
+        common = ["1" if i and common[i - 1] in ("--parallel", "-np") else a for i, a in enumerate(common)]
+    cmd += common + own
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
     return cmd
 
@@ -62,7 +73,9 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
     # Each model file is mounted read-only on its own, so models may live anywhere on the host.
     mounts = [Mount(model_paths[k], f"{MODELS_MOUNT}/{k}/{model_paths[k].name}") for k in strategy.model_keys()]
     cmd = server_command(manifest, strategy, model_paths, port)
-    if access.backend in GPU_BACKENDS:
+    if strategy.speculative:
+        access = dataclasses.replace(access, environment=access.environment + TRACE_ENV)
+    if backends.get(access.backend).gpu:
         at = cmd.index("--host")
         cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]
     return ServerSpec(image, cmd, mounts, access)

@@ -20,6 +20,12 @@ statistics.
   lines said (n_max, n_min, p_min, block_size, mask_token_id, n_extract, sample_from_anchor, ...).
 - `timings`: prompt_ms, prompt_tokens, eval_ms, eval_tokens (the slot's print_timing).
 - `requests`: how many requests printed timings. With several, the other fields are the last request's.
+- `calls`: per task id, each draft call's (accepted, drafted) in order, from the lines `accepted  2/ 8 draft
+  tokens` the server prints at info level when its environment sets LLAMA_TRACE (harness/run/server.py sets it
+  for speculative strategies). A call whose partial acceptance restored a context checkpoint (`... (restore
+  checkpoint)`, recurrent and hybrid targets) is that line; the replay the server verifies after it is no new
+  call and is skipped, as the server's own counters skip it. `task_accepted`: per task id, the accepted count of
+  its `draft acceptance` line, against which `draft_calls` checks that no call line is missing.
 
 `devices(log)` reads the load lines instead (they come first: read the whole log), the same for every backend:
 which device each model was put on (`using device Vulkan0 (llvmpipe (LLVM 19.1.7, 256 bits)) (unknown id) - 2048
@@ -47,6 +53,10 @@ _STATS = re.compile(
     r"#acc drafts =\s*(\d+), #gen tokens =\s*(\d+), #acc tokens =\s*(\d+)"
     r"(?:, #mean acc len =\s*([\d.]+), #acc rate/pos = \(([^)]*)\))?"
     r"(?:, dur\(b,g,a\) =\s*([\d.]+),\s*([\d.]+),\s*([\d.]+) ms)?")
+_CALL = re.compile(r"\| task (-?\d+) \| accepted\s+(\d+)/\s*(\d+) draft tokens( \(restore checkpoint\))?")
+_TASK = re.compile(r"\| task (-?\d+) \|")
+#: A drafted length above this is not a draft call the kit can tabulate (the pinned build drafts at most 64-ish).
+MAX_DRAFT = 4096
 _IMPL = re.compile(r"adding speculative implementation '([\w-]+)'")
 _PARAM = re.compile(r"(\w+)=([^\s,]+)")
 _PROMPT = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
@@ -135,7 +145,9 @@ def parse(log: str | bytes) -> dict[str, Any]:
     text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else log
     lines = text.splitlines()
     out: dict[str, Any] = {"failure": None, "failure_detail": None, "draft_acceptance": None, "acc_per_pos": None,
-                           "statistics": {}, "implementations": [], "params": {}, "timings": {}, "requests": 0}
+                           "statistics": {}, "implementations": [], "params": {}, "timings": {}, "requests": 0,
+                           "calls": {}, "task_accepted": {}}
+    replay: set[int] = set()  # tasks whose next call line is the replay after a restored checkpoint
     out["failure"], out["failure_detail"] = failure(lines)
     in_impl = False
     for raw in lines:
@@ -150,10 +162,17 @@ def parse(log: str | bytes) -> dict[str, Any]:
                 out["params"][k] = _number(v)
             continue
         in_impl = False
+        m = _CALL.search(line)
+        if m:
+            _call(out["calls"], replay, int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4)))
+            continue
         m = _ACCEPTANCE.search(line)
         if m:
             out["draft_acceptance"] = {"rate": float(m.group(1)), "accepted": int(m.group(2)),
                                        "generated": int(m.group(3)), "mean_len": float(m.group(4))}
+            task = _TASK.search(line)
+            if task:
+                out["task_accepted"][int(task.group(1))] = int(m.group(2))
             continue
         m = _PER_POS.search(line)
         if m:
@@ -181,3 +200,37 @@ def parse(log: str | bytes) -> dict[str, Any]:
         if m:
             out["timings"].update({"eval_ms": float(m.group(1)), "eval_tokens": int(m.group(2))})
     return out
+
+
+def _call(calls: dict[int, list[tuple[int, int]]], replay: set[int], task: int, accepted: int, drafted: int,
+          restored: bool) -> None:
+    """One call line into `calls` (see the module docstring for the replay after a restored checkpoint)."""
+    if task in replay and not restored:
+        replay.discard(task)
+        return
+    if restored:
+        replay.add(task)
+    if 0 <= accepted <= drafted <= MAX_DRAFT:
+        calls.setdefault(task, []).append((accepted, drafted))
+
+
+def draft_calls(parsed: dict[str, Any], skip: set[int] | frozenset[int] = frozenset()) -> dict[str, Any] | None:
+    """The draft calls of the parsed log's tasks (those in `skip` left out: a reused server's earlier requests) as
+    histograms: `accepted[i]` calls accepted exactly i drafted tokens, `drafted[i]` calls drafted exactly i;
+    `calls` in all. None when no call line was printed (LLAMA_TRACE unset, or nothing drafted), or when a task's
+    calls do not add up to the accepted count of its own `draft acceptance` line (lines cut off: no partial
+    figures)."""
+    tasks = [t for t in parsed.get("calls", {}) if t not in skip]
+    if not tasks:
+        return None
+    acc: list[int] = []
+    dr: list[int] = []
+    for t in tasks:
+        calls = parsed["calls"][t]
+        if parsed["task_accepted"].get(t) != sum(a for a, _ in calls):
+            return None
+        for a, d in calls:
+            for hist, i in ((acc, a), (dr, d)):
+                hist.extend([0] * (i + 1 - len(hist)))
+                hist[i] += 1
+    return {"calls": sum(acc), "accepted": acc, "drafted": dr, "tasks": len(tasks)}

@@ -133,14 +133,27 @@ def _verify(path: Path, root: Path, extracted: list[PurePosixPath]) -> dict[str,
 
 
 def open_bundle(path: Path, dest: Path) -> tuple[Path, Path]:
-    """Unpack and verify a bundle into `dest` (a new folder); return (manifest path, run folder). On refusal
-    nothing stays behind. One line per problem."""
+    """Unpack and verify a bundle into `dest`, a folder this call makes (its parent must exist); return (manifest
+    path, run folder). On refusal nothing stays behind: the folder it made is removed, and only that one (a folder
+    that was there already is never unpacked into, nor removed). One line per problem."""
     path = Path(path)
     if not path.is_file():
         raise KitError(f"{path}: no such bundle file")
     dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise KitError(f"{dest}: not empty; the bundle is unpacked into a new folder")
+    try:
+        dest.mkdir()
+    except FileExistsError:
+        raise KitError(f"{dest}: exists already; the bundle is unpacked into a new folder") from None
+    except OSError as e:
+        raise KitError(f"{dest}: cannot make the folder to unpack the bundle into: {e.strerror or e}") from None
+    try:
+        return _unpack(path, dest)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)  # the folder this call made, with what it unpacked
+        raise
+
+
+def _unpack(path: Path, dest: Path) -> tuple[Path, Path]:
     try:
         is_tar = tarfile.is_tarfile(path)
     except (OSError, EOFError, ValueError, tarfile.TarError, zlib.error):
@@ -151,26 +164,22 @@ def open_bundle(path: Path, dest: Path) -> tuple[Path, Path]:
         extracted = archive.extract(path, dest, archive.BUNDLE_LIMITS)
     except KitError as e:
         raise KitError(f"{path}: not a specbench bundle: {str(e).split(': ', 1)[-1]}") from None
-    try:
-        roots = {p.parts[0] for p in extracted}
-        if len(roots) != 1:
-            raise KitError(f"{path}: not a specbench bundle (expected one top folder, found {len(roots)})")
-        top = next(iter(roots))
-        root = dest / top
-        index = _verify(path, root, [PurePosixPath(*p.parts[1:]) for p in extracted if len(p.parts) > 1])
-        rd = RunDir.open(root / "run")
-        meta = rd.read_meta()
-        manifest_path = root / index["manifest"]
-        if file_sha256(manifest_path, cache=False) != meta.manifest["sha256"]:
-            raise KitError(f"{path}: the manifest differs from the one run {meta.run_id} recorded")
-        for t in meta.tasks:
-            for p in t.prompts:
-                f = manifest_path.parent / _relative(p.file, f"{path}: run.json tasks.{t.id}.prompts.{p.id}")
-                if not f.resolve().is_relative_to(root.resolve()) or not f.is_file() \
-                        or file_sha256(f, cache=False) != p.sha256:
-                    raise KitError(f"{path}: prompt {p.file} differs from the one run {meta.run_id} used")
-        rd.measurements()
-    except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise
+    roots = {p.parts[0] for p in extracted}
+    if len(roots) != 1:
+        raise KitError(f"{path}: not a specbench bundle (expected one top folder, found {len(roots)})")
+    top = next(iter(roots))
+    root = dest / top
+    index = _verify(path, root, [PurePosixPath(*p.parts[1:]) for p in extracted if len(p.parts) > 1])
+    rd = RunDir.open(root / "run")
+    meta = rd.read_meta()
+    manifest_path = root / index["manifest"]
+    if file_sha256(manifest_path, cache=False) != meta.manifest["sha256"]:
+        raise KitError(f"{path}: the manifest differs from the one run {meta.run_id} recorded")
+    for t in meta.tasks:
+        for p in t.prompts:
+            f = manifest_path.parent / _relative(p.file, f"{path}: run.json tasks.{t.id}.prompts.{p.id}")
+            if not f.resolve().is_relative_to(root.resolve()) or not f.is_file() \
+                    or file_sha256(f, cache=False) != p.sha256:
+                raise KitError(f"{path}: prompt {p.file} differs from the one run {meta.run_id} used")
+    rd.measurements()
     return manifest_path, rd.path

@@ -6,11 +6,11 @@ build source other than the official one is refused unless the user passes --tru
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import KitError
 from harness.analysis import compare as cmp
 from harness.analysis import report
 from harness.analysis import reproduction as rp
@@ -29,12 +29,13 @@ from harness.store.rundir import RunDir
 
 def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[str], None] = print,
               progress: bool = True, engines=None, trust_source: bool = False,
-              margin: float = rp.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None
-              ) -> dict[str, Any]:
+              margin: float = rp.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None,
+              cell_margin: float | None = None) -> dict[str, Any]:
     """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one, each
-    cell's B/A speedup against ±margin. With `until`, rounds are added here after the original's number, for the
-    cells whose comparison is still inconclusive (and their baselines), until the verdict is decided or
-    `max_rounds`.
+    strategy's geometric mean of B/A against ±margin and each cell's against ±cell_margin (default twice the
+    margin). With `until`, rounds are added here after the original's number, for the cells whose comparison is
+    still unresolved (and their baselines), until the verdict is decided or `max_rounds`. The result's
+    "comparison" is a compare.Comparison (compare.json holds its `as_dict`).
 
     What arrives is untrusted: it is verified before anything is fetched, and a build source other than the
     official one is refused unless `trust_source`."""
@@ -43,10 +44,7 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     original = None
     plan = None
     if str(source).endswith((".tar.gz", ".tgz", ".tar")):
-        dest = workdir / "bundle"
-        if dest.exists():
-            shutil.rmtree(dest)
-        manifest_path, original = open_bundle(source, dest)
+        manifest_path, original = open_bundle(source, fresh_folder(workdir, "bundle"))
         plan = RunDir.open(original).read_meta().plan
         log(f"reproduce: bundle of run {console(original.parent.name, 200)} verified; manifest "
             f"{console(manifest_path.name, 200)}")
@@ -61,7 +59,7 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
             log(f"reproduce: {f'build {name}: ' if name else ''}image {rec['tag']} on {e.name} "
                 f"({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
-    extend = decided(original, margin) if until and original is not None else None
+    extend = decided(original, margin, cell_margin) if until and original is not None else None
     out = runner.run(trusted, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,
                      runs=plan.runs if plan else None, progress=progress, engines=engines, log=log, extend=extend,
@@ -70,35 +68,48 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     new = workdir / "results" / run_id
     result: dict[str, Any] = {"run": str(new), "original": str(original) if original else None}
     if original is not None:
-        result["comparison"] = cmp.compare(original, new, margin)
-        report.write([new], workdir / "RESULTS.md", comparison=result["comparison"])
-        (workdir / "compare.json").write_text(json.dumps(result["comparison"], indent=2) + "\n")
+        comparison = cmp.compare(original, new, margin, cell_margin)
+        result["comparison"] = comparison
+        report.write([new], workdir / "RESULTS.md", comparison=comparison)
+        (workdir / "compare.json").write_text(json.dumps(comparison.as_dict(), indent=2) + "\n")
     else:
         report.write([new], workdir / "RESULTS.md")
     return result
 
 
-def decided(original: Path, margin: float) -> runner.Extender:
+def fresh_folder(parent: Path, name: str) -> Path:
+    """A name for a folder that does not exist yet under `parent`: `name`, else `name-2`, `name-3`, ... (the folder
+    is made by whoever unpacks into it, so nothing that was there, the user's or an earlier run's, is reused or
+    removed)."""
+    for i in range(1, 10_000):
+        p = parent / (name if i == 1 else f"{name}-{i}")
+        if not p.exists() and not p.is_symlink():
+            return p
+    raise KitError(f"{parent}: holds {name} to {name}-9999 already; choose another --workdir")
+
+
+def decided(original: Path, margin: float, cell_margin: float | None = None) -> runner.Extender:
     """`invoke reproduce --until`: another round for the cells whose comparison with the original is still
-    inconclusive (all cells of a strategy whose geometric mean is), with their baselines, until the verdict is
-    reproduces or differs."""
+    unresolved (inconclusive at the cell margin or without a B/A interval; all cells of a strategy whose geometric
+    mean is inconclusive), with their baselines, until the verdict is reproduces or differs."""
     def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
-        res = cmp.compare(original, rd.path, margin)
-        call = res["call"]
-        if call in ("reproduces", "differs", "not comparable"):
-            return None, f"reproduce --until: {call} after {last} rounds here"
-        open_strategies = {g["strategy"] for g in res["geomeans"] if g["verdict"] == "inconclusive"}
+        res = cmp.compare(original, rd.path, margin, cell_margin)
+        if res.call in (rp.Call.REPRODUCES, rp.Call.DIFFERS, rp.Call.NOT_COMPARABLE):
+            return None, f"reproduce --until: {res.call.value} after {last} rounds here"
+        open_strategies = {(g.host, g.strategy) for g in res.geomeans if g.call is rp.Call.INCONCLUSIVE}
         meta = rd.read_meta()
         base = {s.id: s.baseline for s in meta.planned_strategies()}
         cells: list[CellKey] = []
-        for r in res["rows"]:
-            if r["verdict"] == "inconclusive" or (r["strategy"] in open_strategies and r["verdict"] == "reproduces"):
-                host = r["host_b"] or r["host"]
-                for s in (r["strategy"], base.get(r["strategy"])):
-                    key = CellKey(host, s, r["task"]) if s else None
+        for r in res.rows:
+            if r.call is rp.Call.INCONCLUSIVE or ((r.host, r.strategy) in open_strategies
+                                                  and r.call is rp.Call.REPRODUCES):
+                host = res.host_b.get(r.host) or r.host
+                for s in (r.strategy, base.get(r.strategy)):
+                    key = CellKey(host, s, r.task) if s else None
                     if key is not None and key not in cells:
                         cells.append(key)
         if not cells:
-            return None, f"reproduce --until: {call}, and adding rounds here would not decide it"
-        return cells, f"reproduce --until: still inconclusive after {last} rounds ({res['verdict'].split(';')[0]})"
+            return None, f"reproduce --until: {res.call.value}, and adding rounds here would not decide it"
+        return cells, (f"reproduce --until: still {res.verdict.split(':')[0]} after {last} rounds here; next: "
+                       f"{len(cells)} cells")
     return decide

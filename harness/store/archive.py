@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness import KitError
+from harness.files import read_bounded
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,7 @@ def extract(archive: Path, dest: Path, limits: Limits = Limits()) -> list[PurePo
 
 def _copy_bounded(src, out, size: int) -> int:
     copied = 0
-    while copied < size:
-        block = src.read(min(1 << 20, size - copied))
-        if not block:
-            break
+    for block in read_bounded(src.read, size):
         out.write(block)
         copied += len(block)
     return copied

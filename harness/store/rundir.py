@@ -6,17 +6,20 @@ bundle): reading it is bounded and every problem is one line."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import shutil
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from harness import KitError, schema
 from harness.files import atomic_write_text
-from harness.store.runmeta import RunMeta
+from harness.store import plan_check
+from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
 
 RUN_FILE = "run.json"
 MEASUREMENTS_FILE = "measurements.jsonl"
@@ -25,6 +28,18 @@ MIN_FREE_BYTES = 16 << 20
 MAX_RUN_FILE_BYTES = 16 << 20
 MAX_MEASUREMENTS_BYTES = 1 << 30
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _bound_extra_rounds(obj: object, where: str) -> None:
+    """Before the schema reads every cell: a run.json whose added rounds list more cells than a run may measure
+    is refused at once (200,000 forged cells would otherwise take seconds at every read)."""
+    plan = obj.get("plan") if isinstance(obj, dict) else None
+    extra = plan.get("extra_rounds") if isinstance(plan, dict) else None
+    if isinstance(extra, list):
+        cells = sum(len(x["cells"]) for x in extra if isinstance(x, dict) and isinstance(x.get("cells"), list))
+        if cells > MAX_MEASUREMENTS:
+            raise KitError(f"{where}: plan.extra_rounds: {cells:,} cells; a run measures at most "
+                           f"{MAX_MEASUREMENTS:,} times in all")
 
 
 def new_run_id(manifest_name: str) -> str:
@@ -38,6 +53,8 @@ class RunDir:
         self.path = Path(path)
         #: Set by measurements() when the last line was cut short (a crash mid-write): that measurement is lost.
         self.torn_last_line = False
+        #: run.json as last read and checked, with the file's identity then (read again only when it changed)
+        self._meta: tuple[tuple[int, int, int, int], RunMeta] | None = None
 
     @property
     def run_file(self) -> Path:
@@ -91,9 +108,17 @@ class RunDir:
         atomic_write_text(self.run_file, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
     def read_meta(self) -> RunMeta:
+        """run.json, schema-checked and checked against what the kit's plans are (harness/store/plan_check.py).
+        Read once: later calls get a copy of what was read, until the file changes."""
         where = str(self.run_file)
         try:
-            if self.run_file.stat().st_size > MAX_RUN_FILE_BYTES:
+            st = os.stat(self.run_file)
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._meta is not None and self._meta[0] == key:
+                return copy.deepcopy(self._meta[1])  # callers may change theirs before writing it
+            if not stat.S_ISREG(st.st_mode):
+                raise KitError(f"{where}: not a regular file")
+            if st.st_size > MAX_RUN_FILE_BYTES:
                 raise KitError(f"{where}: larger than {MAX_RUN_FILE_BYTES >> 20} MB; not a run.json")
             obj = json.loads(self.run_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
@@ -104,7 +129,11 @@ class RunDir:
             raise KitError(f"{where}: cannot read: {e.strerror or e}") from None
         except RecursionError:
             raise KitError(f"{where}: nested too deeply") from None
-        return RunMeta.from_json(obj, where)
+        _bound_extra_rounds(obj, where)
+        meta = RunMeta.from_json(obj, where)
+        plan_check.check_plan(meta, where)
+        self._meta = (key, meta)
+        return copy.deepcopy(meta)
 
     def update_meta(self, **changes: Any) -> RunMeta:
         meta = self.read_meta()
@@ -144,7 +173,7 @@ class RunDir:
             lines = f.read_text(encoding="utf-8").split("\n")
         except UnicodeDecodeError as e:
             raise KitError(f"{f}: not UTF-8 text (byte {e.start})") from None
-        records = []
+        records, numbers = [], []
         last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
         for i, line in enumerate(lines):
             if not line.strip():
@@ -158,7 +187,8 @@ class RunDir:
                 raise KitError(f"{f}: line {i + 1}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
                     from None
             records.append(schema.read("result", rec, f"{f}: line {i + 1}"))
-        self._check_planned(records, [i + 1 for i, ln in enumerate(lines) if ln.strip()])
+            numbers.append(i + 1)
+        self._check_planned(records, numbers)
         return records
 
     def _check_planned(self, records: list[dict[str, Any]], line_numbers: list[int]) -> None:
@@ -182,6 +212,8 @@ class RunDir:
             if rec["spec_type"] != spec[rec["strategy"]]:
                 raise KitError(f"{where}: strategy {rec['strategy']!r} has spec type {rec['spec_type']!r} here and "
                                f"{spec[rec['strategy']]!r} in run.json; this record is not of this run")
+        # rounds, retakes, ids and stream counts against the plan (harness/store/plan_check.py)
+        plan_check.check_records(meta, zip(line_numbers, records, strict=True), str(self.measurements_file))
 
     def done_ids(self) -> set[str]:
         return {r["measurement_id"] for r in self.measurements()}

@@ -12,11 +12,16 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from harness import KitError, schema
+from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
+
+#: A run makes at most this many measurements, planned rounds, rounds --until adds and confirmation rounds
+#: together (a run of a few seconds per measurement would take weeks); a run folder that lists more is refused.
+MAX_MEASUREMENTS = 100_000
 
 
 @dataclass(frozen=True)
-class StrategyMeta:
+class StrategyMeta(spec_types.StrategyFields):
     id: str
     spec_type: str
     draft: str | None
@@ -28,14 +33,6 @@ class StrategyMeta:
     family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
     sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs
     build: str | None = None  # the build it ran on (a key of RunMeta.builds; None: the run's one build)
-
-    @property
-    def speculative(self) -> bool:
-        return self.spec_type != "none"
-
-    @property
-    def family_id(self) -> str:
-        return self.family or self.id
 
 
 @dataclass(frozen=True)
@@ -71,6 +68,9 @@ class PlanMeta:
     extra_rounds: list[dict[str, Any]] = field(default_factory=list)
     #: Confirmation rounds after a sweep (0: none).
     confirm_rounds: int = 0
+    #: Before each timed request, wait at most this long for other work on the host to fall below the disturbance
+    #: threshold (None: no wait; harness/run/interference.py).
+    quiet_wait_s: float | None = None
 
     def confirm_from(self) -> int | None:
         """The first confirmation round, None when none was added."""
@@ -156,7 +156,8 @@ class RunMeta:
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", []),
-                          confirm_rounds=obj["plan"].get("confirm_rounds", 0)),
+                          confirm_rounds=obj["plan"].get("confirm_rounds", 0),
+                          quiet_wait_s=obj["plan"].get("quiet_wait_s")),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"), builds=obj.get("builds", {}))
 
@@ -192,9 +193,9 @@ def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     raw = parse_yaml(obj["manifest"]["text"], "run.json manifest.text")
     prompts = obj["manifest"].pop("prompts", {})
-    first_none = next((s["id"] for s in raw["strategies"] if s["spec_type"] == "none"), None)
+    first_none = next((s["id"] for s in raw["strategies"] if not spec_types.is_speculative(s["spec_type"])), None)
     obj["strategies"] = [{"id": s["id"], "spec_type": s["spec_type"], "draft": s.get("draft"), "model": "target",
-                          "baseline": None if s["spec_type"] == "none" else first_none,
+                          "baseline": first_none if spec_types.is_speculative(s["spec_type"]) else None,
                           "args": list(s.get("args", [])), "label": s.get("label"),
                           "parallel": int(s.get("parallel", 1))} for s in raw["strategies"]]
     obj["tasks"] = [{"id": t["id"], "n_predict": t["n_predict"],

@@ -1,0 +1,196 @@
+"""A run folder checked against its own plan before any figure is drawn from it.
+
+A run folder may come from someone else (a bundle, a shared results folder), and its records decide verdicts: a
+record of a round nobody planned would narrow an interval, a retake that names another cell's measurement would
+drop that one, a confirmation moved to round 1 would erase the sweep, a record of two streams under a one-client
+strategy would be read as one. So run.json's plan must be one the kit could have made (the rounds it added follow
+the planned ones, one after another; confirmation rounds come last, as many as it says, of the combinations it
+names and their baselines, and in a complete run of a sweep they are there; rounds --until adds only in a run
+that could add them), and every record must be of a
+cell of its round, with the measurement id the plan gives it and the stream count of its strategy, and a retake
+only of a measurement of the same cell, prompt and round that other work disturbed or that failed, each at most
+once (a retake of a retake names the one before it). What does not fit is one line naming the file, the line or
+field, and what was expected; nothing is counted silently."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from harness import KitError
+from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
+
+
+def plan_problem(meta: RunMeta) -> str | None:
+    """The first way run.json's plan is not one the kit makes, as `<field>: <what>`, or None."""
+    plan = meta.plan
+    prompts = {t.id: len(t.prompts) for t in meta.tasks}
+    made = len(plan.strategies) * sum(prompts[t] for t in plan.tasks) * plan.runs * len(plan.hosts)
+    if plan.measurements != made:
+        return (f"plan.measurements: {plan.measurements}, but its strategies, prompts, runs and hosts make {made} "
+                "measurements")
+    if plan.until is not None and plan.max_rounds is None:
+        return "plan.until is set without plan.max_rounds: a run with --until records its round cap"
+    cells = {(h, s, t) for h in plan.hosts for s in plan.strategies for t in plan.tasks}
+    confirm_at = plan.confirm_from()
+    total = plan.measurements
+    for k, x in enumerate(plan.extra_rounds):
+        where = f"plan.extra_rounds[{k}]"
+        if x["round"] != plan.runs + 1 + k:
+            return (f"{where}.round: {x['round']}, expected {plan.runs + 1 + k} (the rounds a run adds follow its "
+                    f"{plan.runs} planned ones, one after another)")
+        listed = [tuple(c) for c in x["cells"]]
+        bad = next((c for c in listed if c not in cells), None)
+        if bad is not None:
+            return f"{where}.cells: {list(bad)!r} is not a cell of the plan (its hosts, strategies and tasks)"
+        if len(set(listed)) != len(listed):
+            return f"{where}.cells: a cell is listed twice"
+        total += sum(prompts[c[2]] for c in listed)
+        if total > MAX_MEASUREMENTS:
+            return f"{where}: the plan and its added rounds make more than {MAX_MEASUREMENTS:,} measurements"
+        if x.get("purpose") == "confirm":
+            problem = _confirmation(meta, x, plan.extra_rounds[k - 1] if k and confirm_at != x["round"] else None)
+        elif confirm_at is not None and x["round"] > confirm_at:
+            problem = "a round added after the confirmation rounds, which come last"
+        elif plan.max_rounds is None:
+            problem = "a round added after the planned ones, but the run could add none (no --until: plan.max_rounds)"
+        elif x["round"] > plan.max_rounds:
+            problem = f"round {x['round']} beyond the run's cap of {plan.max_rounds} rounds (plan.max_rounds)"
+        else:
+            problem = None
+        if problem:
+            return f"{where}: {problem}"
+    swept = any(s.sweep for s in meta.planned_strategies())
+    if (confirm_at is None and swept and plan.confirm_rounds and meta.status == "complete"
+            and any(x.get("purpose") != "confirm" for x in plan.extra_rounds)):
+        return ("plan.extra_rounds: a complete run of a sweep whose added rounds include no confirmation round "
+                f"(purpose: confirm), though plan.confirm_rounds is {plan.confirm_rounds}")
+    if confirm_at is not None and plan.extra_rounds[-1]["round"] - confirm_at + 1 != plan.confirm_rounds:
+        n = plan.extra_rounds[-1]["round"] - confirm_at + 1
+        return f"plan.extra_rounds: {n} confirmation rounds, but plan.confirm_rounds is {plan.confirm_rounds}"
+    return _strategies_problem(meta)
+
+
+def _confirmation(meta: RunMeta, x: dict[str, Any], before: dict[str, Any] | None) -> str | None:
+    """A confirmation round: the combinations it names (at most two per sweep and host, of a sweep the run made),
+    each at the levels of its entry, with the baselines they pair with at every level of theirs, every named one
+    measured, the same in every confirmation round."""
+    if before is not None and (before["cells"] != x["cells"] or before.get("combinations") != x.get("combinations")):
+        return "the confirmation rounds measure different cells; every one measures the same"
+    by_id = {s.id: s for s in meta.planned_strategies()}
+    combos = x.get("combinations")
+    if combos is None:  # the cells say which: each sweep member they list
+        combos = list(dict.fromkeys(c[1] for c in x["cells"] if c[1] in by_id and by_id[c[1]].sweep))
+    if len(set(combos)) != len(combos) or not all(c in by_id and by_id[c].sweep for c in combos):
+        return f"combinations: {combos!r} are not distinct combinations of one of the run's sweeps"
+    chosen: dict[tuple[str, str], set[tuple]] = {}  # (host, family) -> the swept values confirmed there
+    for host, sid, _ in x["cells"]:
+        if sid in by_id and by_id[sid].sweep:
+            chosen.setdefault((host, by_id[sid].family_id), set()).add(by_id[sid].sweep)
+    if any(len(values) > 2 for values in chosen.values()):
+        return "a confirmation measures a sweep's best two combinations on a host, not more"
+    allowed: set[str] = set()
+    for c in combos:
+        levels = [s for s in by_id.values() if s.family_id == by_id[c].family_id and s.sweep == by_id[c].sweep]
+        allowed |= {s.id for s in levels}
+        bases = {by_id[b].family_id for s in levels if (b := s.baseline) in by_id}
+        allowed |= {s.id for s in by_id.values() if s.family_id in bases}
+    listed = {c[1] for c in x["cells"]}
+    if not listed <= allowed:
+        return (f"cells: {sorted(listed - allowed)[0]!r} is neither a confirmed combination (at a level of its "
+                "entry) nor a baseline one pairs with")
+    if not set(combos) <= listed:
+        return "cells: a confirmed combination is not measured in its confirmation round"
+    return None
+
+
+def _strategies_problem(meta: RunMeta) -> str | None:
+    """A combination's sweep values are the ones its arguments give llama-server (a value shown in a plot or a
+    table is the one measured)."""
+    for i, s in enumerate(meta.strategies):
+        pairs = set(zip(s.args, s.args[1:], strict=False))
+        for flag, value in s.sweep:
+            if (flag, value) not in pairs:
+                return f"strategies[{i}].sweep: {flag} {value!r} is not in its args"
+    return None
+
+
+def check_plan(meta: RunMeta, where: str) -> None:
+    """Refuse, in one line naming run.json and the field, a plan the kit does not make."""
+    problem = plan_problem(meta)
+    if problem:
+        raise KitError(f"{where}: {problem}; this run.json was not written by the kit as it stands")
+
+
+def record_id(meta: RunMeta, rec: dict[str, Any]) -> str:
+    """The measurement id the plan gives a first take of this record's cell, prompt and round."""
+    several = len(meta.task(rec["task"]).prompts) > 1
+    return f"{rec['host']}/{rec['strategy']}/{rec['task']}" + (f"/{rec['prompt']}" if several else "") \
+        + f"/{rec['round']}"
+
+
+def record_problem(meta: RunMeta, rec: dict[str, Any], seen: dict[str, dict[str, Any]],
+                   retaken: set[str]) -> str | None:
+    """Why one record (read after the records `seen`, by id) does not fit the plan, or None; `retaken` collects the
+    first takes already retaken."""
+    plan, rnd = meta.plan, rec["round"]
+    if rec.get("run_index", rnd) != rnd:
+        return f"run_index {rec.get('run_index')!r} differs from its round {rnd!r}"
+    if not 1 <= rnd <= plan.runs:
+        extra = next((x for x in plan.extra_rounds if x["round"] == rnd), None)
+        if extra is None:
+            return f"round {rnd} is not one the run planned (rounds 1 to {plan.runs}" + \
+                (f" and the added rounds {plan.runs + 1} to {plan.extra_rounds[-1]['round']})"
+                 if plan.extra_rounds else ")")
+        if [rec["host"], rec["strategy"], rec["task"]] not in extra["cells"]:
+            return f"round {rnd} does not measure {rec['strategy']}/{rec['task']} (run.json plan.extra_rounds)"
+    if rec["measurement_id"] in seen:
+        return f"measurement id {rec['measurement_id']!r} appears twice"
+    s = meta.strategy(rec["strategy"])
+    conc = rec.get("concurrency")
+    streams = conc.get("streams") if isinstance(conc, dict) else None
+    if (streams is not None and streams != s.parallel) or (streams is None and s.parallel > 1
+                                                           and rec.get("status") == "ok"):
+        return f"{streams or 1} concurrent stream(s), but strategy {s.id!r} is measured at {s.parallel}"
+    command = [str(a) for a in rec.get("server_command") or []]
+    slots = [command[i + 1] for i in range(len(command) - 1) if command[i] in ("--parallel", "-np")]
+    if slots and slots[-1] != str(s.parallel):
+        return f"its server ran {slots[-1]} slot(s), but strategy {s.id!r} is measured at {s.parallel}"
+    first = rec.get("retake_of")
+    if first is None:
+        want = record_id(meta, rec)
+        return None if rec["measurement_id"] == want else \
+            f"measurement id {rec['measurement_id']!r}, expected {want!r} for its cell, prompt and round"
+    return _retake_problem(meta, rec, seen.get(first), retaken)
+
+
+def _retake_problem(meta: RunMeta, rec: dict[str, Any], first: dict[str, Any] | None,
+                    retaken: set[str]) -> str | None:
+    if first is None:
+        return f"retake_of {rec['retake_of']!r} names no measurement recorded before it"
+    if any(first[k] != rec[k] for k in ("host", "strategy", "task", "prompt", "round")):
+        return (f"retake_of {rec['retake_of']!r} names a measurement of another cell, prompt or round; a retake "
+                "measures the same again")
+    if first.get("status") == "ok" and not (first.get("interference") or {}).get("disturbed"):
+        return (f"retake_of {rec['retake_of']!r} names a measurement that counts (ok, not disturbed): a retake "
+                "measures again only one that other work disturbed or that failed")
+    if rec["measurement_id"] != f"{rec['retake_of']}/retake":
+        return f"measurement id {rec['measurement_id']!r}, expected {rec['retake_of'] + '/retake'!r}"
+    if rec["retake_of"] in retaken:
+        return f"{rec['retake_of']!r} is retaken twice"
+    if meta.plan.retake_cap is None:
+        return "a retake in a run that planned none (run.json plan.retake_cap)"
+    retaken.add(rec["retake_of"])
+    return None
+
+
+def check_records(meta: RunMeta, records: Iterable[tuple[int, dict[str, Any]]], where: str) -> None:
+    """Refuse, in one line naming the file and the line, the first record (line number, record) that does not
+    fit the run's plan."""
+    seen: dict[str, dict[str, Any]] = {}
+    retaken: set[str] = set()
+    for n, rec in records:
+        problem = record_problem(meta, rec, seen, retaken)
+        if problem:
+            raise KitError(f"{where}: line {n}: {problem}; this record is not of this run as planned")
+        seen[rec["measurement_id"]] = rec
