@@ -86,6 +86,8 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
 def labels_for(run_id: str, strategy: Strategy, task: Task | None, run_index: int | None) -> dict[str, str]:
     """Container labels: `invoke clean` finds a run's leftovers by them."""
     labels = {f"{LABEL_PREFIX}.run": run_id, f"{LABEL_PREFIX}.strategy": strategy.id}
+    if strategy.build:  # a run of several builds: which build's image this container runs
+        labels[f"{LABEL_PREFIX}.build"] = strategy.build
     if task is not None:
         labels[f"{LABEL_PREFIX}.task"] = task.id
     if run_index is not None:
