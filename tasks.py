@@ -185,12 +185,21 @@ def kit_errors(fn):
 })
 @kit_errors
 def validate(c, manifest=None, strict=False, models_dir=None):
-    """Validate a manifest and print its plan; model files already present are checked against their strategies."""
+    """Validate a manifest and print its plan; model files already present are checked against their strategies.
+    Each build's source is printed, and whether the local Docker engine holds its image."""
+    from harness.hosts.engine import LocalEngine, connect
+    from harness.image import builds
     from harness.intake import manifest as mf
     from harness.run import plan
 
     m = mf.load(_manifest_path(c, manifest))
     print(console_lines(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict)))
+    try:
+        engine, why = LocalEngine(connect(timeout=20)), ""
+    except KitError as e:  # a manifest is checked without Docker too; only the images are not looked for
+        engine, why = None, str(e).split(";")[0]
+    print("builds:" if m.builds else "build:")
+    print("\n".join(builds.presence(engine, m, why)))
 
 
 @task(auto_shortflags=False, help={
@@ -221,6 +230,7 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
     "backend": "cpu, cuda or vulkan (default: the manifest's build.backend)",
     "force": "rebuild even when an image of the same source, flags and recipe exists",
     "source": "which llama_cpp source to use: sdist, git or path (default: the manifest's first, falling back)",
+    "build": "only this build of a manifest that names several (default: every build it names)",
     "plan": "print the rendered build plan (base images, build args, CMake flags, labels); fetches and builds nothing",
     "jobs": "parallel compile jobs (default: all cores)",
     "base": "where the CUDA toolkit comes from: registry (nvidia/cuda images, the default) or offline (made here "
@@ -230,11 +240,11 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
 })
 @kit_errors
 def build(c, manifest=None, backend=None, force=False, source=None, plan=False, jobs=None, base="registry",
-          host=None, ssh_key=None, known_hosts=None, remote_models=None, trust_source=False):
-    """Build the llama.cpp image at the manifest's pinned source (reused when nothing changed)."""
+          host=None, ssh_key=None, known_hosts=None, remote_models=None, trust_source=False, build=None):
+    """Build the llama.cpp image of each build the manifest names (reused when nothing changed)."""
     import json
 
-    from harness.image import backends, build, recipe
+    from harness.image import backends, builds, recipe
     from harness.intake import manifest as mf
     from harness.intake import trust
 
@@ -245,25 +255,31 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         raise KitError(f"--backend: {backend!r} is not one of {backends.names()}")
     # one load and one trust decision, before any engine or source is reached (a local folder's identity runs git)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
-    m = trusted.manifest
+    names = builds.chosen(trusted.manifest, build)
     if plan:
         from harness.image.source import describe_source
 
-        tree = describe_source(m, prefer=source)
-        made = None
-        if backends.get(backend or m.build.backend).debian is None and not m.build.base_image:
-            from harness.image import cuda_base
+        plans = {}
+        for name in names:
+            m = trusted.manifest.for_build(name)
+            tree = describe_source(m, prefer=source)
+            made = None
+            if backends.get(backend or m.build.backend).debian is None and not m.build.base_image:
+                from harness.image import cuda_base
 
-            made = cuda_base.planned(offline=base == "offline")
-        print(json.dumps(recipe.build_plan(m, tree, backend, made).as_dict(), indent=2))
+                made = cuda_base.planned(offline=base == "offline")
+            plans[name] = recipe.build_plan(m, tree, backend, made).as_dict()
+        # one build: its plan, as before; several: each plan under its build's name
+        print(json.dumps(plans[names[0]] if names == [None] else plans, indent=2))
         return
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
-            rec = build.build(eng, trusted, backend=backend, force=force, prefer=source,
-                              jobs=jobs, host=eng.name, offline_base=base == "offline")
-            what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
-            print(f"{eng.name}: image {rec['tag']} ({rec['image_id'][:19]}, {what})")
-            print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
+            for name, rec in builds.build_each(eng, trusted, build, backend=backend, force=force, prefer=source,
+                                               jobs=jobs, host=eng.name, offline_base=base == "offline"):
+                what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
+                print(f"{eng.name}: {f'build {name}: ' if name else ''}image {rec['tag']} ({rec['image_id'][:19]}, "
+                      f"{what})")
+                print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
 
 
 @task(auto_shortflags=False, iterable=["host"], help={

@@ -83,7 +83,8 @@ def synthesize(src: Path, dest: Path, rounds: int, truth: dict[Key, float], sd: 
         for i in rng.permutation(len(keys)):
             k = keys[i]
             r = copy.deepcopy(templates[k])
-            r.update(round=rd, run_index=rd, order=order, measurement_id=f"{k[0]}-{k[1]}-{k[2]}-{rd}")
+            first = templates[k]["measurement_id"].split("/retake")[0].rsplit("/", 1)[0]  # the plan's id, round off
+            r.update(round=rd, run_index=rd, order=order, measurement_id=f"{first}/{rd}")
             r.pop("retake_of", None)
             r["client"]["decode_tok_s"] = truth[k] * shared * math.exp(rng.normal(0, sd[k]))
             if r.get("interference"):

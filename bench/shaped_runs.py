@@ -153,8 +153,9 @@ class Shape:
                 e = rng.standard_t(3) / math.sqrt(3) if tails == "t3" else rng.normal()
                 tok_s = math.exp(speeds[u] + factor + sigma[u] * e)
                 mid = f"{u[0]}/{u[1]}/{u[2]}/{rd}"
-                if full:
+                if full:  # the id the plan gives it (harness/store/plan_check.py): a report checks it
                     r = copy.deepcopy(self.templates[u])
+                    mid = r["measurement_id"].split("/retake")[0].rsplit("/", 1)[0] + f"/{rd}"
                     r.pop("retake_of", None)
                     r.update(round=rd, run_index=rd, order=order, measurement_id=mid)
                     r["client"]["decode_tok_s"] = tok_s

@@ -30,6 +30,7 @@ from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, EngineRefused, Finished, Image, Mount
 from harness.image import bases, recipe
 from harness.image.source import describe_source
+from harness.intake.builds import across
 from harness.intake.manifest import Manifest
 from harness.run import runner
 from harness.store.rundir import RunDir
@@ -79,6 +80,8 @@ class FakeContainer:
     attempt: int = 0
     started_at: float = field(default_factory=time.monotonic)
     removed_at: float | None = None
+    #: the image (tag) it was started from
+    image: str = ""
 
     @property
     def short_id(self) -> str:
@@ -136,7 +139,8 @@ class FakeEngine(Engine):
         strategy, task = labels.get(f"{LABEL_PREFIX}.strategy", ""), labels.get(f"{LABEL_PREFIX}.task")
         index = int(labels.get(f"{LABEL_PREFIX}.run-index", "1"))
         runs = 1 + (index - 1) % 3
-        for s in (strategy, strategy.removesuffix("-aa"), "baseline"):
+        plain = across(strategy, labels.get(f"{LABEL_PREFIX}.build"))  # an entry on one build of several
+        for s in (strategy, plain, strategy.removesuffix("-aa"), "baseline"):
             for t in (task, *sorted({t for _, t, _ in self.recorded})):
                 if (s, t, runs) in self.recorded:
                     return self.recorded[(s, t, runs)]
@@ -153,7 +157,7 @@ class FakeEngine(Engine):
             self.on_start(self, labels, n)
         rec = self.answer(labels)
         ctr = FakeContainer(f"{next(self._ids):012x}" + "0" * 52, dict(labels), list(command), record=rec,
-                            attempt=self.attempts[key])
+                            attempt=self.attempts[key], image=image)
         self.attempts[key] += 1
         if self.exits is not None and self.exits(labels):
             ctr.status = "exited"

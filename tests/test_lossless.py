@@ -102,6 +102,21 @@ def test_the_study_draws_every_arm_in_rounds_with_paired_and_fresh_seeds(tmp_pat
     assert study.make_study(m, m.distribution, ["local"], 7, None, ["json-out"]) is None
 
 
+def test_a_study_across_builds_pairs_each_strategy_with_its_own_builds_baseline(tmp_path):
+    """In a manifest of several builds, an entry named without its build samples on every build, each against the
+    baseline of its own build (never the first build's)."""
+    raw = yaml.safe_load(DEMO.read_text())
+    raw["builds"] = {"new": {}, "old": {}}
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none", "builds": ["new", "old"]},
+                         {"id": "ngram-mod", "spec_type": "ngram-mod", "builds": ["new", "old"]}]
+    raw["distribution"] = {**STUDY, "strategies": ["ngram-mod"]}
+    m = mf.load(write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True, sort_keys=False)))
+    assert m.distribution.strategies == ("ngram-mod[build=new]", "ngram-mod[build=old]")
+    s = study.make_study(m, m.distribution, ["local"], 7)
+    assert {a.id: a.baseline for a in s.arms if a.role == "strategy"} == {
+        "ngram-mod[build=new]": "baseline[build=new]", "ngram-mod[build=old]": "baseline[build=old]"}
+    assert {a.strategy.build for a in s.arms if a.role == "control"} == {"new", "old"}
+
 def test_validate_counts_the_sampling_requests(tmp_path, models_dir):
     m = mf.load(demo_with(tmp_path, STUDY))
     out = pl.render(m, models_dir)

@@ -1,7 +1,10 @@
 """`invoke compare A B`: two runs judged on what transfers between machines — per host and cell, the paired
 speedups with their intervals (reproduces / differs / inconclusive, harness/analysis/reproduction.py), the
 deterministic fingerprint, and the absolute tok/s ratio, shown but never judged. "not comparable" when the two
-runs measured different things (model files, llama.cpp source, backend, flags), each difference named by field.
+runs measured different things (model files, llama.cpp source, backend, flags), each difference named by field. A
+run of several builds is compared build by build (each strategy is measured on its own build, and each build's
+source is a fact of its own); the difference between two builds inside one run is that run's result (its report),
+never a failed reproduction.
 
 `compare` returns a typed Comparison; its `as_dict` is compare.json."""
 
@@ -31,13 +34,16 @@ class Fact:
 
 
 def facts(meta: RunMeta) -> dict[str, Fact]:
-    """What a run measured with, keyed by field name."""
-    plan = meta.build["plan"]
-    src = plan["source"]
-    out = [Fact("llama.cpp commit", src.get("commit"), True),
-           Fact("llama.cpp source", src.get("sha256") or src.get("commit") or src.get("content_sha256"), True),
-           Fact("backend", plan["backend"], True),
-           Fact("cmake flags", " ".join(plan["cmake_args"]), True)]
+    """What a run measured with, keyed by field name (each build's by its name in a run of several builds)."""
+    out = []
+    for name, record in meta.build_records().items():
+        plan, at = record["plan"], f" (build {name})" if name else ""
+        src = plan["source"]
+        out += [Fact(f"llama.cpp commit{at}", src.get("commit"), True),
+                Fact(f"llama.cpp source{at}", src.get("sha256") or src.get("commit") or src.get("content_sha256"),
+                     True),
+                Fact(f"backend{at}", plan["backend"], True),
+                Fact(f"cmake flags{at}", " ".join(plan["cmake_args"]), True)]
     out += [Fact(f"model {key} sha256", m["sha256"], True) for key, m in sorted(meta.models.items())]
     for host, e in sorted(meta.environment.items()):
         hw = ", ".join(str(x) for x in (e.get("cpu_model"), e.get("cpus"), *[g["name"] for g in e.get("gpus") or []]))

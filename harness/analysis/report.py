@@ -15,8 +15,8 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
+from harness.analysis import builds, builds_report, explanation, lossless_report, plotting, stats, tuning, tuning_report
 from harness.analysis import compare as cmp
-from harness.analysis import explanation, lossless_report, plotting, stats, tuning, tuning_report
 from harness.analysis import explanation_report as why_report
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
@@ -138,6 +138,9 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         rows[1] = ("run", f"{summary['run_id']} ({summary['status']}, the sampling study alone)")
         rows[-2:] = [("protocol", f"one fresh container per batch of samples, rounds shuffled (seed "
                                   f"{meta.plan.shuffle_seed})")]
+    if meta.builds:  # several builds: each one's image and source (their tables name them too)
+        rows[4:6] = [("builds", fm.md("; ".join(f"{n}: {r['tag']} ({r['image_id'][:19]}), {builds.source_text(r)}"
+                                                for n, r in meta.builds.items()), 1000))]
     unconfirmed = _unconfirmed(meta)
     if unconfirmed:
         rows.insert(2, ("plan", unconfirmed))
@@ -432,13 +435,21 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
                   "protocol protects against; do not quote them as speedups.", ""]
-    table, notes = _throughput(v)
+    views = [(name, View(sub)) for name, sub in builds_report.by_build(summary)]  # one per build
+    throughput = [(name, _throughput(bv)) for name, bv in views]
+    notes = [n for _, (_, ns) in throughput for n in ns]
     parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
-              _family(summary["family"]), "", _speedups(v), "", f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
+              _family(summary["family"]) + builds_report.family_note(summary), ""]
+    for name, bv in views:
+        parts += builds_report.heading(summary, name) + [_speedups(bv), ""]
+    parts += [f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
+    parts += builds_report.section(summary)
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
         parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()}) {beside}".rstrip(), ""]
-    parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", "", table, ""]
+    parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", ""]
+    for name, (table, _) in throughput:
+        parts += builds_report.heading(summary, name, short=True) + [table, ""]
     if notes:
         parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
     if summary.get("checks_ran"):
@@ -470,8 +481,9 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
                   ""]
     parts += ["### Acceptance and tokens per target pass", "", f"> {CAVEAT}", "",
               "Accepted of drafted (the server's timings), tokens per target pass (predicted / (predicted - "
-              "accepted)), and the server's own mean accepted length per draft call where its log prints one.", "",
-              _acceptance(v), ""]
+              "accepted)), and the server's own mean accepted length per draft call where its log prints one.", ""]
+    for name, bv in views:
+        parts += builds_report.heading(summary, name, short=True) + [_acceptance(bv), ""]
     parts += ["### Physics: the memory-bandwidth roofline", "",
               "Ceiling = bandwidth / bytes one target pass reads (its weights, or for a mixture of experts the shared "
               "weights and the routed experts; the KV cache at the decode depth; the draft's weights times its "
@@ -554,6 +566,8 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
     tasks = summary["tasks"]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks) + 2), 3.6), dpi=100)
     width = 0.8 / max(1, len(cols))
+    # a run of several builds: one colour per strategy across builds, the first build's bars plain, later hatched
+    later, colour = builds_report.later_builds(summary), builds_report.colours(summary, cols)
     for i, (h, s) in enumerate(cols):
         cells = [v.cell(h, s, t) or {} for t in tasks]
         ys = [c.get("speedup") or 0.0 for c in cells]
@@ -562,6 +576,7 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
         hi = [max(0.0, (iv.get("high") or y) - y) for y, iv in zip(ys, ivs, strict=True)]
         xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(tasks))]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7},
+               hatch="//" if v.kinds[s].get("build") in later else None, color=colour.get((h, s), f"C{i % 10}"),
                label=plotting.label(f"{h}: {s}" if v.several_hosts else s))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(tasks)), [plotting.label(t, 60) for t in tasks], rotation=30, ha="right",

@@ -207,8 +207,27 @@ def table(index: CellIndex, baselines: Mapping[str, str | None], band: float = E
         effects = inf.RoundEffects(_series(index, host))
         found, priors[host] = inf.paired_estimates([_paired(index, k, baselines[k.strategy], effects) for k in hk])
         ests.update(zip(hk, found, strict=True))
+    return _table(logs, ests, baselines, priors, band)
+
+
+def table_of(logs: Mapping[CellKey, dict[int, float]], baselines: Mapping[str, str | None], hosts: Sequence[str],
+             band: float = EQUIVALENCE_BAND) -> SpeedupTable:
+    """A table of paired log ratios per cell and round of any other paired comparison (one build against another):
+    each cell's whole paired variance moderated toward its host's cells (no round factor to take out: the two
+    sides are not a strategy and its baseline), the cells and geometric means judged as one family."""
+    ests: dict[CellKey, inf.Estimate | None] = {}
+    priors: dict[str, inf.Priors] = {}
+    for host in hosts:
+        hk = [k for k in logs if k.host == host]
+        found, priors[host] = inf.paired_estimates([inf.Paired(list(logs[k].values())) for k in hk])
+        ests.update(zip(hk, found, strict=True))
+    return _table(logs, ests, baselines, priors, band)
+
+
+def _table(logs: Mapping[CellKey, dict[int, float]], ests: Mapping[CellKey, inf.Estimate | None],
+           baselines: Mapping[str, str | None], priors: dict[str, inf.Priors], band: float) -> SpeedupTable:
     cells = {}
-    for k in keys:
+    for k in logs:
         e = ests[k]
         ok = e is not None and e.n >= MIN_ROUNDS
         cells[k] = Speedup(k.host, k.strategy, k.task, baselines[k.strategy],

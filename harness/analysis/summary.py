@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import checks, completion, explanation, gaps, lossless, stats, tuning, words
+from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -84,9 +84,10 @@ def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
 
 
 def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
-    """The baseline on the strategy's own target (what its output is compared with)."""
-    model = meta.strategy(sid).model
-    return next((s.id for s in meta.planned_strategies() if not s.speculative and s.model == model), None)
+    """The baseline on the strategy's own target and build (what its output is compared with)."""
+    s = meta.strategy(sid)
+    return next((b.id for b in meta.planned_strategies() if not b.speculative and b.model == s.model
+                 and b.build == s.build), None)
 
 
 def summarize(rd: RunDir) -> dict[str, Any]:
@@ -129,7 +130,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "hardware": meta.hardware,
         "baseline": next(iter(meta.baselines()), None),
         "strategies": [{"id": s.id, "spec_type": s.spec_type, "model": s.model, "baseline": s.baseline}
-                       for s in meta.planned_strategies()],
+                       | ({"build": s.build} if s.build else {}) for s in meta.planned_strategies()],
         "tasks": meta.plan.tasks, "hosts": meta.plan.hosts, "runs": meta.plan.runs,
         "measurements": {"recorded": len(records), "ok": sum(m.ok for m in everything.measurements),
                          "failed": sum(not m.ok for m in everything.measurements),
@@ -152,7 +153,13 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "quiet_wait": quiet_wait_summary(meta, everything),
         "completion": completion.of(meta, everything).as_dict(),
     } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table) \
-        | _distribution(rd, meta)
+        | _builds(meta, index) | _distribution(rd, meta)
+
+
+def _builds(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
+    """A run of several builds: each later build against the first (harness/analysis/builds.py); else nothing."""
+    section = builds.summary(meta, index)
+    return {} if section is None else {"builds": section}
 
 
 def _distribution(rd: RunDir, meta: RunMeta) -> dict[str, Any]:

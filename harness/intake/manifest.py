@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness import KitError, schema
 from harness.files import display_path, file_sha256
+from harness.intake import builds as bl
 from harness.intake import cmake_flags, flags, spec_types
 from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
@@ -76,6 +77,15 @@ class BuildConfig:
     cmake_args: tuple[str, ...] = ()
     base_image: str | None = None
     runtime_image: str | None = None
+
+
+@dataclass(frozen=True)
+class Build:
+    """One named llama.cpp build of a manifest with several (harness/intake/builds.py): its source and flags."""
+
+    name: str
+    llama_cpp: LlamaCppSource
+    build: BuildConfig
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,12 @@ class Strategy(spec_types.StrategyFields):
     baseline: str | None = None  # the strategy its speedup is against (default: the baseline of its target)
     family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
     sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs, already in args
+    build: str | None = None  # the build it runs on (a key of the manifest's builds; None: the one build)
+
+    @property
+    def entry_id(self) -> str:
+        """The manifest entry's id: the same for every combination, level and build of one entry."""
+        return bl.across(self.family_id, self.build)
 
     def model_keys(self) -> list[str]:
         return [self.model] + ([self.draft] if self.draft else [])
@@ -252,12 +268,16 @@ def study(block: Mapping[str, Any], strategies: tuple[Strategy, ...], tasks: tup
     firsts: dict[str, str] = {}  # a sweep by its first combination
     for s in eligible:
         firsts.setdefault(s.family_id, s.id)
-    names = list(block.get("strategies") or firsts.values())
-    for i, sid in enumerate(names):
-        if sid not in {s.id for s in eligible}:
+    given = list(block.get("strategies") or firsts.values())
+    names: list[str] = []
+    for i, sid in enumerate(given):
+        # a strategy by its id; one entry on several builds by its name without the build (every build's)
+        picked = [s.id for s in eligible if s.id == sid] or [s.id for s in eligible if bl.across(s.id, s.build) == sid]
+        if not picked:
             known = [s.id for s in eligible]
             raise fail(f"strategies[{i}]", f"{sid!r} is not a speculative strategy at one client (expected one of "
                        f"{known[:40]})")
+        names += picked
     sp = block["sampling"]
     temperature = float(sp["temperature"])
     control = dict(block.get("control") or {"temperature": round(temperature + STUDY_CONTROL_OFFSET, 6)})
@@ -294,6 +314,8 @@ class Manifest:
     retakes: int | None = None
     #: The sampling study (`distribution:`), None without one.
     distribution: Distribution | None = None
+    #: The named builds (harness/intake/builds.py); empty: llama_cpp and build above are the one build.
+    builds: tuple[Build, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -319,15 +341,33 @@ class Manifest:
                 return t
         raise KeyError(tid)
 
-    def baseline(self, model: str = "target", parallel: int = 1) -> Strategy | None:
-        """The no-speculation control of a target: the first baseline on that model at that level, else its first."""
-        return expansion.at_level([s for s in self.strategies if not s.speculative and s.model == model], parallel)
+    def baseline(self, model: str = "target", parallel: int = 1, build: str | None = None) -> Strategy | None:
+        """The no-speculation control of a target on a build: the first baseline on that model and build at that
+        level, else its first."""
+        return expansion.at_level([s for s in self.strategies if not s.speculative and s.model == model
+                                   and s.build == build], parallel)
 
     def baseline_for(self, strategy: Strategy) -> Strategy | None:
-        """Its speedup's control: its `baseline` entry at its level (else that entry's first), else its target's."""
+        """Its speedup's control, on its own build: its `baseline` entry at its level (else that entry's first),
+        else its target's."""
         b = strategy.baseline
-        return expansion.at_level([s for s in self.strategies if b in (s.family_id, s.id)], strategy.parallel) if b \
-            else self.baseline(strategy.model, strategy.parallel)
+        return expansion.at_level([s for s in self.strategies if b in (s.entry_id, s.family_id, s.id)
+                                   and s.build == strategy.build], strategy.parallel) if b \
+            else self.baseline(strategy.model, strategy.parallel, strategy.build)
+
+    def build_names(self) -> list[str | None]:
+        """The builds' names in order ([None]: the one build of a manifest without builds)."""
+        return [b.name for b in self.builds] or [None]
+
+    def for_build(self, name: str | None) -> Manifest:
+        """The manifest as its build `name` sees it: that build's llama_cpp and build at the top (what the image
+        code reads); itself for None or a manifest without builds."""
+        if name is None or not self.builds:
+            return self
+        b = next((x for x in self.builds if x.name == name), None)
+        if b is None:
+            raise KitError(f"{display_path(self.path)}: no build {name!r} (builds: {[x.name for x in self.builds]})")
+        return replace(self, llama_cpp=b.llama_cpp, build=b.build)
 
     def models_used(self, strategy_ids: Iterable[str] | None = None) -> list[ModelFile]:
         """The models the strategies use (all of them, or those named), targets and drafts, each once."""
@@ -391,6 +431,7 @@ class _Builder:
             raise self.fail("server_args", f"--parallel {slots!r}: expected a whole number of slots from 1 to "
                             f"{expansion.MAX_SLOTS}")
         models = self.models()
+        builds = self.builds()
         strategies = self.strategies(models)
         sp = raw.get("sampling", {})
         timeouts = raw.get("timeouts", {})
@@ -399,34 +440,57 @@ class _Builder:
             path=self.path, name=raw["name"], description=raw.get("description", ""),
             hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
                               hw.get("memory_gb"), bool(hw.get("software_device"))),
-            llama_cpp=self.source(), build=self.build_config(), models=models,
+            llama_cpp=builds[0].llama_cpp, build=builds[0].build, models=models,
             server_args=server_args,
             sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
             endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=tasks,
             runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
             confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"),
-            distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None)
+            distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None,
+            builds=tuple(b for b in builds if b.name))
 
-    def source(self) -> LlamaCppSource:
-        lc = self.raw["llama_cpp"]
+    def builds(self) -> list[Build]:
+        """The named builds (each entry's llama_cpp and build, else the top-level ones), or the one top-level
+        build unnamed; every build has a source and a backend, and all share the backend."""
+        names = bl.named(self.raw)
+        out = []
+        for name in names or [""]:
+            at = f"builds.{name}." if name else ""
+            lc, b = bl.entry(self.raw, name, "llama_cpp"), bl.entry(self.raw, name, "build")
+            for key, given in (("llama_cpp", lc), ("build", b)):
+                if given is None:
+                    raise self.fail(f"{at}{key}" if name else key, "required: give it at the top level, or in "
+                                    "every entry of builds")
+            lc_at = f"builds.{name}.llama_cpp" if name and "llama_cpp" in self.raw["builds"][name] else "llama_cpp"
+            b_at = f"builds.{name}.build" if name and "build" in self.raw["builds"][name] else "build"
+            out.append(Build(name, self.source(lc, lc_at), self.build_config(b, b_at)))
+        clash = bl.backend_problem({b.name: b.build.backend for b in out})
+        if clash is not None:
+            raise self.fail(f"builds.{clash[0]}.build.backend", clash[1])
+        if self.raw["hardware"].get("software_device") and out[0].build.backend != "vulkan":
+            raise self.fail("hardware.software_device", "a software device is a Vulkan one: every build's backend "
+                            "must be vulkan")
+        return out
+
+    def source(self, lc: dict[str, Any], at: str = "llama_cpp") -> LlamaCppSource:
         git = GitSource(**lc["git"]) if "git" in lc else None
         sdist = SdistSource(**lc["sdist"]) if "sdist" in lc else None
         if git is not None:
-            self.check_url("llama_cpp.git.repo", git.repo, local_ok=True)
+            self.check_url(f"{at}.git.repo", git.repo, local_ok=True)
         if sdist is not None:
-            self.check_url("llama_cpp.sdist.index_url", sdist.index_url)
+            self.check_url(f"{at}.sdist.index_url", sdist.index_url)
             sub = PurePosixPath(sdist.subdir)
             if sub.is_absolute() or ".." in sub.parts or sdist.subdir in ("", "."):
-                raise self.fail("llama_cpp.sdist.subdir", f"{sdist.subdir!r}: expected a folder name inside the "
+                raise self.fail(f"{at}.sdist.subdir", f"{sdist.subdir!r}: expected a folder name inside the "
                                 "sdist (such as llama.cpp)")
         src_path = (self.folder / lc["path"]).resolve() if "path" in lc else None
         ident = lc.get("identity", {})
         if lc.get("prefer") and lc["prefer"] not in lc:
-            raise self.fail("llama_cpp.prefer", f"{lc['prefer']!r} is preferred but llama_cpp.{lc['prefer']} is not "
+            raise self.fail(f"{at}.prefer", f"{lc['prefer']!r} is preferred but {at}.{lc['prefer']} is not "
                             "given")
         if not any(k in lc for k in ("git", "sdist", "path")):
-            raise self.fail("llama_cpp", "expected at least one of git, sdist, path")
+            raise self.fail(at, "expected at least one of git, sdist, path")
         return LlamaCppSource(git, sdist, src_path, ident.get("build_number"), ident.get("commit"), lc.get("prefer"))
 
     def check_url(self, field_path: str, url: str, local_ok: bool = False) -> None:
@@ -436,12 +500,11 @@ class _Builder:
         if problem:
             raise self.fail(field_path, f"{redact_url(url)[:200]!r} {problem}")
 
-    def build_config(self) -> BuildConfig:
-        b = self.raw["build"]
+    def build_config(self, b: dict[str, Any], at: str = "build") -> BuildConfig:
         for i, arg in enumerate(b.get("cmake_args", ())):
             problem = cmake_flags.refusal(arg)
             if problem:
-                raise self.fail(f"build.cmake_args[{i}]", problem)
+                raise self.fail(f"{at}.cmake_args[{i}]", problem)
         return BuildConfig(backend=b["backend"], cuda_architectures=b.get("cuda_architectures", "121"),
                            cmake_args=tuple(b.get("cmake_args", ())), base_image=b.get("base_image"),
                            runtime_image=b.get("runtime_image"))
@@ -509,14 +572,43 @@ class _Builder:
 
     def strategies(self, models: dict[str, ModelFile]) -> tuple[Strategy, ...]:
         out: list[Strategy] = []
+        names = bl.named(self.raw)
         for i, s in enumerate(self.raw["strategies"]):
             self.check_models(fp := f"strategies[{i}]", s, models)
             self.check_flags(f"{fp}.args", args := tuple(s.get("args", ())))
-            for e in expansion.entry(s, args, self.raw, f"{self.where}: {fp}", len(out)):  # sweeps and levels expanded
-                out.append(Strategy(e.id, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
-                                    s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"), s["id"],
-                                    e.sweep))
+            on, say = bl.of_strategy(s, names, f"{self.where}: {fp}")
+            # sweeps and levels expanded, each on every build of the entry (the build's name last)
+            expanded = expansion.entry(s, args, self.raw, f"{self.where}: {fp}", len(out), len(on))
+            for b in on:
+                family = bl.name_on(s["id"], b) if say else s["id"]
+                for e in expanded:
+                    sid = bl.name_on(e.id, b) if say else e.id
+                    if len(sid) > expansion.MAX_ID_LENGTH:
+                        raise self.fail(f"{fp}.builds", f"the name {sid[:60]!r}... is longer than "
+                                        f"{expansion.MAX_ID_LENGTH} characters; a shorter build name")
+                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
+                                        s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"),
+                                        family, e.sweep, b))
+        self.check_baselines(out)
         return tuple(out)
+
+    def check_baselines(self, strategies: list[Strategy]) -> None:
+        """With several builds, a speculative strategy's speedup is against a baseline of its own build: one must
+        exist (a speedup across builds would mix the build's effect into the strategy's)."""
+        if not bl.named(self.raw):
+            return
+        ids = [s["id"] for s in self.raw["strategies"]]
+        for s in strategies:
+            if not s.speculative:
+                continue
+            given = [b for b in strategies if s.baseline in (b.entry_id, b.id)] if s.baseline else \
+                [b for b in strategies if not b.speculative and b.model == s.model]
+            if given and not any(b.build == s.build for b in given):
+                fp = f"strategies[{ids.index(s.entry_id)}]"
+                raise self.fail(fp, f"{s.id} runs on build {s.build!r}, but no baseline"
+                                + (f" {s.baseline!r}" if s.baseline else f" on {s.model!r}") + " does: add "
+                                f"{s.build!r} to that baseline's builds (each build's speedups are against its own "
+                                "baseline)")
 
     def check_models(self, fp: str, s: dict[str, Any], models: dict[str, ModelFile]) -> None:
         draft, model = s.get("draft"), s.get("model", "target")
@@ -619,11 +711,12 @@ def unpinned(manifest: Manifest) -> list[str]:
     """Fields that must be pinned before a manifest is shared for reproduction, one line each."""
     where = display_path(manifest.path)
     out = []
-    src = manifest.llama_cpp
-    if src.sdist is None and not (src.git and src.git.commit):
-        out.append(f"{where}: llama_cpp: pin a source: an sdist with sha256, or git.commit (a ref can move)")
-    if src.path is not None and src.sdist is None and src.git is None:
-        out.append(f"{where}: llama_cpp.path: a local folder cannot be reproduced elsewhere")
+    for name in manifest.build_names():  # every build's source
+        src, at = manifest.for_build(name).llama_cpp, f"builds.{name}.llama_cpp" if name else "llama_cpp"
+        if src.sdist is None and not (src.git and src.git.commit):
+            out.append(f"{where}: {at}: pin a source: an sdist with sha256, or git.commit (a ref can move)")
+        if src.path is not None and src.sdist is None and src.git is None:
+            out.append(f"{where}: {at}.path: a local folder cannot be reproduced elsewhere")
     for m in manifest.models.values():
         if not m.sha256:
             out.append(f"{where}: models.{m.key}.sha256: not pinned")

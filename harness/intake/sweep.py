@@ -153,7 +153,7 @@ def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw
 
 
 def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], where: str,
-          before: int) -> list[Expanded]:
+          before: int, copies: int = 1) -> list[Expanded]:
     """One schema-checked strategy entry of a manifest (its `args` already allowed; `before` strategies expanded
     ahead of it) as the strategies it stands for; ManifestError naming `where` and the field below the entry on the
     first problem: an id given before, slots given in args beside levels, a `baseline` that is no baseline entry, a
@@ -173,9 +173,9 @@ def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], 
             raise SweepError("baseline", f"{base!r} is not a baseline (spec_type {kinds[base]!r}, expected 'none')")
         out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel", level), args,
                      tuple(manifest.get("server_args", ())))
-        if before + len(out) > MAX_EXPANDED:
-            raise SweepError("id", f"{before + len(out)} strategies once sweeps and levels are expanded; at most "
-                             f"{MAX_EXPANDED}")
+        if before + len(out) * copies > MAX_EXPANDED:  # copies: the entry once per build it runs on
+            raise SweepError("id", f"{before + len(out) * copies} strategies once sweeps and levels are expanded"
+                             f"{' on each build' if copies > 1 else ''}; at most {MAX_EXPANDED}")
     except SweepError as e:
         raise ManifestError(f"{where}.{e.field}: {e.message}") from None
     return out

@@ -32,7 +32,19 @@ def _package(name: str) -> str:
 
 
 def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
-    """(field path, value, what it is not) of every build input that needs the user's word."""
+    """(field path, value, what it is not) of every build input that needs the user's word, of every build."""
+    out = []
+    for name in manifest.build_names():
+        at = f"builds.{name}." if name else ""
+        out += [(at + f, v, e) for f, v, e in _build_fields(manifest.for_build(name))]
+    out += [(f"models.{k}.pypi.index_url", m.pypi.index_url, f"PyPI ({OFFICIAL_INDEX})")
+            for k, m in manifest.models.items()
+            if m.pypi is not None and m.pypi.index_url and untrusted_reason(m.pypi.index_url, OFFICIAL_INDEX)]
+    return out
+
+
+def _build_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
+    """The untrusted fields of the manifest's (one) build: its source and its build section."""
     lc, out = manifest.llama_cpp, []
     source = "the official llama.cpp source"
     if lc.git is not None and untrusted_reason(lc.git.repo, OFFICIAL_GIT):
@@ -52,9 +64,6 @@ def untrusted_fields(manifest: Manifest) -> list[tuple[str, str, str]]:
     out += [(f"build.cmake_args[{i}]", a, "one of the pinned llama.cpp's switches the kit allows "
              "(harness/intake/cmake_flags.py)") for i, a in enumerate(manifest.build.cmake_args)
             if not cmake_flags.allowed(a)]
-    out += [(f"models.{k}.pypi.index_url", m.pypi.index_url, f"PyPI ({OFFICIAL_INDEX})")
-            for k, m in manifest.models.items()
-            if m.pypi is not None and m.pypi.index_url and untrusted_reason(m.pypi.index_url, OFFICIAL_INDEX)]
     return out
 
 
@@ -67,6 +76,11 @@ class Trusted:
     manifest: Manifest
     #: The fields that needed --trust-source (empty when the manifest's inputs need no vouching).
     vouched: tuple[str, ...] = ()
+
+    def on_build(self, name: str | None) -> Trusted:
+        """The same decision for one build of the manifest (it covered every build's inputs): the manifest as
+        that build sees it (harness/intake/manifest.py `for_build`)."""
+        return Trusted(self.manifest.for_build(name), self.vouched)
 
 
 def decide(manifest: Manifest, trust_source: bool, only: str = "") -> Trusted:

@@ -102,13 +102,18 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
         free = int(out.splitlines()[1].split()[3]) * 1024
         items.append(Item("disk", free > need * 1.1, f"{free / 1e9:,.1f} GB free at {df_dir}, models need "
                           f"{need / 1e9:,.1f} GB more", "free disk space or choose another models folder"))
-    if found is None:
-        items.append(Item("image", False, "no image of this manifest's build (source, flags, backend, bases) here",
-                          "invoke build" + ("" if engine.name == "local" else f" --host {engine.name}")
-                          + " (or let `invoke run` build it)", fatal=False))
-    else:
-        items.append(Item("image", True, f"{found.tag} ({found.image.short_id.split(':')[-1]}, llama.cpp "
-                          f"b{found.build_plan.source['build_number']} {found.build_plan.source['commit']})"))
+    for name in manifest.build_names():  # each build's image (a manifest of one build: the one)
+        if name is not None:
+            found = images.find(engine, manifest.for_build(name))
+        what = f"image {name}" if name else "image"
+        if found is None:
+            items.append(Item(what, False, "no image of this manifest's build (source, flags, backend, bases) here",
+                              "invoke build" + ("" if engine.name == "local" else f" --host {engine.name}")
+                              + (f" --build {name}" if name else "") + " (or let `invoke run` build it)",
+                              fatal=False))
+        else:
+            items.append(Item(what, True, f"{found.tag} ({found.image.short_id.split(':')[-1]}, llama.cpp "
+                              f"b{found.build_plan.source['build_number']} {found.build_plan.source['commit']})"))
     return items
 
 

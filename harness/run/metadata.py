@@ -41,15 +41,16 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
             model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
             bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
             aa_control: bool = False, confirm_rounds: int = 0, quiet_wait_s: float | None = None,
-            distribution: dict[str, Any] | None = None) -> RunMeta:
-    """The run metadata of a new run, normalised from the manifest and the plan."""
+            builds: dict[str, dict[str, Any]] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
+    """The run metadata of a new run, normalised from the manifest and the plan; `builds`: each build's record
+    by name, for a manifest of several builds (`build` is the first's)."""
     folder = manifest.folder
     strategies = []
     for s in plan.strategies:  # those measured (an A/A twin included), with the models they use
         base = manifest.baseline_for(s)
         strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
                                        base.id if base is not None and base.id != s.id else None, tuple(s.args),
-                                       s.label, s.parallel, s.family, s.sweep))
+                                       s.label, s.parallel, s.family, s.sweep, s.build))
     tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
                                                           p.sha256 or file_sha256(p.path)) for p in t.prompts),
                       t.perturbation) for t in manifest.tasks]
@@ -70,4 +71,4 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
                       plan.hosts, len(plan.items), aa_control, until, max_rounds, retake_cap=plan.retake_cap,
                       confirm_rounds=confirm_rounds if plan.sweeps() else 0, quiet_wait_s=quiet_wait_s or None,
                       distribution=distribution),
-        bandwidth=bandwidth)
+        bandwidth=bandwidth, builds=builds or {})

@@ -17,6 +17,7 @@ from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_mode
 from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
 from harness.models.generate import EMBED, FF, TARGET_LAYERS, check_size
+from harness.run import builds as per_build
 from harness.run import study
 from harness.store.runmeta import MAX_MEASUREMENTS
 
@@ -143,11 +144,12 @@ def select(manifest: Manifest, strategies: list[str] | None, tasks: list[str] | 
         ids = {i.id for i in items}
         # a strategy by its id; every member of an entry (combinations, levels) by `<entry>[*]`, or by the
         # entry's id where no strategy has it (a sweep)
-        members = {n: [i for i in items if getattr(i, "family_id", i.id) in (n, n.removesuffix("[*]"))]
-                   for n in names if n not in ids}
+        # (an entry on several builds: by its id for every build, or by its id on one build)
+        members = {n: [i for i in items if {getattr(i, "family_id", i.id), getattr(i, "entry_id", i.id)}
+                       & {n, n.removesuffix("[*]")}] for n in names if n not in ids}
         unknown = [n for n, ms in members.items() if not ms]
         if unknown:
-            entries = sorted({getattr(i, "family_id", i.id) for i in items})
+            entries = sorted({getattr(i, "entry_id", i.id) for i in items})
             raise KitError(f"--{kind}: {', '.join(unknown)} not in the manifest (known: {', '.join(entries)})")
         chosen = {i.id for ms in members.values() for i in ms} | (set(names) & ids)
         return [i for i in items if i.id in chosen]
@@ -161,7 +163,7 @@ def aa_twin(baseline: Strategy) -> Strategy:
     """The A/A control of a baseline: the same server measured again in every round, compared with itself, so
     the report shows how much drift survives the pairing by rounds."""
     return Strategy(f"{baseline.id}-aa", baseline.spec_type, None, baseline.args, f"A/A control of {baseline.id}",
-                    baseline.parallel, baseline.model, baseline.id, f"{baseline.id}-aa")
+                    baseline.parallel, baseline.model, baseline.id, f"{baseline.id}-aa", build=baseline.build)
 
 
 def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | None = None,
@@ -210,10 +212,13 @@ def model_preflight(manifest: Manifest, models_dir: Path,
         p = manifest.models[key].local_path(models_dir)
         return gguf_facts.read_facts(p) if p.is_file() else None
 
-    tree = source.cached_tree(manifest)
-    supported = preflight.supported_flavours(tree) if tree is not None else None
+    def flavours_of(build: str | None) -> dict[str, bool] | None:  # each build's own source, when fetched
+        tree = source.cached_tree(manifest.for_build(build))
+        return preflight.supported_flavours(tree) if tree is not None else None
+
     skipped: list[tuple[str, str]] = []
-    problems = preflight.check_strategies(manifest.strategies, facts_of, supported, skipped)
+    problems = per_build.check_strategies(manifest, manifest.strategies, facts_of, flavours_of, skipped)
+    unfetched = [b for b in manifest.build_names() if flavours_of(b) is None]
     if not_checked is not None:
         by_key: dict[str, list[str]] = {}
         for sid, key in skipped:
@@ -225,8 +230,8 @@ def model_preflight(manifest: Manifest, models_dir: Path,
                                "again")
         present = {k for k, m in manifest.models.items() if m.local_path(models_dir).is_file()}
         flavoured = [s.id for s in manifest.strategies if (s.draft or spec_types.get(s.spec_type).flavours)
-                     and set(s.model_keys()) <= present]
-        if supported is None and flavoured:
+                     and set(s.model_keys()) <= present and s.build in unfetched]
+        if flavoured:
             not_checked.append(f"strategies {', '.join(flavoured)}: the drafter flavour against the image's "
                                "llama.cpp (checked against every flavour instead): the pinned source is not fetched "
                                "yet; `invoke run` checks it against the image before any container starts")
@@ -304,7 +309,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              *([drawn.describe()] if drawn else []),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
              f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
-             f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}",
+             + (f"; {len(manifest.builds)} builds of llama.cpp, each strategy on its own (below), measured in the "
+                "same rounds" if manifest.builds else f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}"),
              "strategies:"]
     untrusted = [f for f, _, _ in untrusted_fields(manifest)]
     if untrusted:
@@ -313,6 +319,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
     width = max(14, *(len(s.id) for s in manifest.strategies))
     for s in manifest.strategies:
         extra = (f" draft={s.draft}" if s.draft else "") + (f" model={s.model}" if s.model != "target" else "")
+        extra += f" build={s.build}" if s.build and f"build={s.build}]" not in s.id else ""
         base = manifest.baseline_for(s)
         vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
         args = f" {' '.join(s.args)}" if s.args else ""

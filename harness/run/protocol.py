@@ -17,7 +17,7 @@ from harness.hosts import environment
 from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
 from harness.image import backends
-from harness.run import interference, serverlog
+from harness.run import builds, interference, serverlog
 from harness.run.client import MeasurementFailed, run_request
 from harness.run.plan import Planned
 from harness.run.server import Server, labels_for
@@ -42,12 +42,18 @@ class Context:
     on_warning: Callable[[Engine, dict[str, str]], None]
     #: What each host's containers get (harness/hosts/devices.py); a host missing here gets none.
     access: dict[str, Access] = field(default_factory=dict)
+    #: Each build's image, for a run of several builds (harness/run/builds.py); else every container runs `image`.
+    images: dict[str | None, str] = field(default_factory=dict)
     #: Wait at most this long before each timed request for a quiet host (0: no wait; harness/run/interference.py).
     quiet_wait_s: float = 0.0
 
     def access_on(self, engine: Engine) -> Access:
         """The devices a container of this run gets on the engine's host."""
         return self.access.get(engine.name) or access_from_nodes(backends.get(self.backend), [])
+
+    def image_for(self, strategy: Any) -> str:
+        """The image of a strategy's containers: its own build's."""
+        return builds.image_for(self.images, strategy, self.image)
 
 
 # ---------------------------------------------------------------- the record
@@ -133,8 +139,8 @@ def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task:
     measurement itself to record."""
     short = dataclasses.replace(task, n_predict=min(task.n_predict, 32))
     for s in strategies:
-        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.access_on(engine),
-                        labels_for(ctx.run_id, s, None, None))
+        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image_for(s),
+                        ctx.access_on(engine), labels_for(ctx.run_id, s, None, None))
         t0 = time.monotonic()
         try:
             with server:
@@ -184,8 +190,8 @@ class FreshContainer:
         s, t = item.cell.strategy, item.cell.task
         rec = new_record(ctx, item, self.name)
         rec["quiet"] = quiet(ctx, engine)
-        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image, ctx.access_on(engine),
-                        labels_for(ctx.run_id, s, t, item.run_index))
+        server = Server(engine, ctx.manifest, s, ctx.paths_by_host[engine.name], ctx.image_for(s),
+                        ctx.access_on(engine), labels_for(ctx.run_id, s, t, item.run_index))
         rec["server_command"] = server.spec.command
         try:
             with server:
@@ -233,7 +239,7 @@ class ReuseServer:
 
     def _group(self, ctx: Context, engine: Engine, group: list[Planned], emit: Emit, stop: threading.Event) -> None:
         strategy = group[0].cell.strategy
-        server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image,
+        server = Server(engine, ctx.manifest, strategy, ctx.paths_by_host[engine.name], ctx.image_for(strategy),
                         ctx.access_on(engine), labels_for(ctx.run_id, strategy, None, None))
         emitted = 0
         seen: set[int] = set()  # the server's tasks (requests) whose draft calls are already in a record

@@ -24,6 +24,7 @@ from harness.intake.trust import Trusted
 from harness.models import gguf_facts, preflight
 from harness.models.ensure import ensure
 from harness.run import bandwidth, metadata, sampling, study
+from harness.run import builds as per_build
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan, select
@@ -146,7 +147,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         own = {s.id for s in manifest.strategies}  # an A/A twin is re-made by aa_control
         strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
-        record = meta.build
+        records = meta.build_records()
         settings, alone = (study.from_meta(p.distribution) if p.distribution else None), p.runs == 0
     else:
         settings, alone = study.settings(manifest, distribution), bool(distribution)
@@ -161,32 +162,36 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     model_paths = ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
     local_preflight(manifest, plan, model_paths)  # a wrong file costs no build
-    if meta is None:
-        record = _image(trusted, engines, build_missing, log)
+    if meta is None:  # each planned build's image (one for a manifest of one build), found or built on every engine
+        records = {b: _image(trusted.on_build(b), engines, build_missing, log) for b in manifest.build_names()
+                   if any(s.build == b for s in plan.strategies)}
+    record = next(iter(records.values()))
     for e in engines:
         require_ready(e, manifest, models_dir)
     if until is not None or extend is not None:
         max_rounds = max_rounds or DEFAULT_MAX_ROUNDS
         if max_rounds < plan.runs:
             raise KitError(f"--max-rounds {max_rounds} is fewer than the {plan.runs} planned runs")
-    check_image(engines, record, log)
+    for r in records.values():
+        check_image(engines, r, log)
     setups = device_setups(manifest, engines, record)
     paths_by_host = {e.name: e.place_models(model_paths, log) for e in engines}
-    check_model_files(plan, engines, paths_by_host, record)
+    check_model_files(plan, engines, paths_by_host, records, manifest)
     protocol = PROTOCOLS["reuse-server" if reuse_server else "fresh-container"]()
     if meta is None:
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
                                {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control,
-                               confirm_rounds(manifest, plan.runs), quiet_wait, drawn.as_meta() if drawn else None)
+                               confirm_rounds(manifest, plan.runs), quiet_wait,
+                               {b: r for b, r in records.items() if b}, drawn.as_meta() if drawn else None)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     elif changes:
         _say_changes(rd, meta, changes, plan, log)
     if extend is None and until is not None:
         extend = converge(until)
-    return _execute(manifest, plan, engines, rd, protocol, record, paths_by_host, log, progress,
+    return _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
                     {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn)
 
 
@@ -295,10 +300,12 @@ def local_preflight(manifest: mf.Manifest, plan: Plan, model_paths: dict[str, Pa
     """The pre-flight rules that need no image, on the files here, before any image is built or engine used: the
     drafter flavours are those of the pinned source when it has been fetched, else every flavour is assumed (so
     only what no image could load is refused); `check_model_files` checks the flavours against the image later."""
-    tree = source.cached_tree(manifest)
-    supported = preflight.supported_flavours(tree) if tree is not None else None
-    problems = preflight.check_strategies(plan.strategies, lambda k: gguf_facts.read_facts(model_paths[k]),
-                                          supported)
+    def flavours_of(build: str | None) -> dict[str, bool] | None:  # each build's own source, when fetched
+        tree = source.cached_tree(manifest.for_build(build))
+        return preflight.supported_flavours(tree) if tree is not None else None
+
+    problems = per_build.check_strategies(manifest, plan.strategies, lambda k: gguf_facts.read_facts(model_paths[k]),
+                                          flavours_of)
     if problems:
         head = "the model files do not fit their strategies (checked before any build; nothing was started)"
         raise KitError(head + (": " + problems[0] if len(problems) == 1 else
@@ -306,9 +313,10 @@ def local_preflight(manifest: mf.Manifest, plan: Plan, model_paths: dict[str, Pa
 
 
 def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str, dict[str, Path]],
-                      record: dict[str, Any]) -> None:
+                      records: dict[str | None, dict[str, Any]], manifest: mf.Manifest) -> None:
     """The pre-flight of model files on every host, before any container starts: each strategy's files read from
-    their GGUF headers (over the host's connection, not whole) against its spec type and the image's flavours."""
+    their GGUF headers (over the host's connection, not whole) against its spec type and the flavours of its own
+    build's image."""
     for e in engines:
         paths = paths_by_host[e.name]
         cache: dict[str, Any] = {}
@@ -319,7 +327,8 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
                 cache[key] = gguf_facts.facts_from_reader(lambda n: e.read_head(paths[key], n), where)
             return cache[key]
 
-        problems = preflight.check_strategies(plan.strategies, facts_of, image_flavours(e, record))
+        problems = per_build.check_strategies(manifest, plan.strategies, facts_of,
+                                              lambda b, e=e: image_flavours(e, records[b]))
         if problems:
             head = f"{e.name}: the model files do not fit their strategies (no container was started)"
             raise KitError(head + (": " + problems[0] if len(problems) == 1 else
@@ -327,12 +336,13 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: MeasurementProtocol,
-             record: dict[str, Any], paths_by_host: dict[str, dict[str, Path]], log: Callable[[str], None],
-             progress: bool, access: dict[str, devices.Access], extend: Extender | None = None,
-             cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None) -> str:
+             records: dict[str | None, dict[str, Any]], paths_by_host: dict[str, dict[str, Path]],
+             log: Callable[[str], None], progress: bool, access: dict[str, devices.Access],
+             extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None) -> str:
+    record = next(iter(records.values()))
     meta = rd.read_meta()
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
-                  access, meta.plan.quiet_wait_s or 0.0)
+                  access, per_build.images(records), meta.plan.quiet_wait_s or 0.0)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     wait = f"; waiting up to {ctx.quiet_wait_s:g} s for a quiet host before each" if ctx.quiet_wait_s else ""

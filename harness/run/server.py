@@ -62,6 +62,8 @@ def server_command(manifest: Manifest, strategy: Strategy, model_paths: dict[str
     else:
         # one client, one slot: a --parallel the manifest gives for other entries says 1 here
         common = ["1" if i and common[i - 1] in ("--parallel", "-np") else a for i, a in enumerate(common)]
+        if any(a in ("--parallel", "-np") for a in common):  # said once: the strategy's own (1 too) goes
+            own = flags.remove(own, ("--parallel", "-np"))
     cmd += common + own
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
     return cmd
@@ -84,6 +86,8 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
 def labels_for(run_id: str, strategy: Strategy, task: Task | None, run_index: int | None) -> dict[str, str]:
     """Container labels: `invoke clean` finds a run's leftovers by them."""
     labels = {f"{LABEL_PREFIX}.run": run_id, f"{LABEL_PREFIX}.strategy": strategy.id}
+    if strategy.build:  # a run of several builds: which build's image this container runs
+        labels[f"{LABEL_PREFIX}.build"] = strategy.build
     if task is not None:
         labels[f"{LABEL_PREFIX}.task"] = task.id
     if run_index is not None:

@@ -114,7 +114,7 @@ def arms(manifest: Manifest, d: Distribution, strategy_ids: list[str]) -> list[A
     out: list[Arm] = []
     for sid in strategy_ids:
         s = manifest.strategy(sid)
-        base = manifest.baseline(s.model, 1)
+        base = manifest.baseline_for(s)  # its own build's, at one client like the study's requests
         if base is None:
             raise KitError(f"{manifest.path.name}: distribution.strategies: {sid!r} has no baseline on its target "
                            f"{s.model!r} (a strategy with spec_type none and model {s.model!r})")

@@ -18,7 +18,7 @@ from harness.analysis.records import CellKey
 from harness.files import now_iso
 from harness.formatter import console
 from harness.hosts.engine import LocalEngine
-from harness.image import build
+from harness.image import builds
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.models import ensure as models
@@ -55,8 +55,9 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     engines = engines or [LocalEngine()]  # an engine that does not answer is reported before any download
     models.ensure(manifest, models_dir, download=True, log=log)
     for e in engines:
-        rec = build.build(e, trusted, log=log, host=e.name)
-        log(f"reproduce: image {rec['tag']} on {e.name} ({'reused' if rec['reused'] else 'built'})")
+        for name, rec in builds.build_each(e, trusted, log=log, host=e.name):  # every build the manifest names
+            log(f"reproduce: {f'build {name}: ' if name else ''}image {rec['tag']} on {e.name} "
+                f"({'reused' if rec['reused'] else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
     extend = decided(original, margin, cell_margin) if until and original is not None else None
     # the sampling study as the original drew it: none, the manifest's after the timed rounds, or alone

@@ -12,7 +12,10 @@ only of a measurement of the same cell, prompt and round that other work disturb
 once (a retake of a retake names the one before it). What does not fit is one line naming the file, the line or
 field, and what was expected; nothing is counted silently. The same holds for a sampling study (plan.distribution,
 samples.jsonl): its arms, batches and requests are the ones its settings make, and every batch is of its arm,
-prompt and round, with the seeds, temperature, top-k and token count the plan gives it, each recorded once."""
+prompt and round, with the seeds, temperature, top-k and token count the plan gives it, each recorded once. In a
+run of several builds every strategy runs on one of them, the build its name says (`<id>[build=<name>]`) is the
+one it ran on, and its baseline is of that build: a forged name would pair a strategy with another build's
+baseline or print one build's figures under another's."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness import KitError
+from harness.intake.builds import BUILD_PART
 from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
 
 
@@ -71,7 +75,39 @@ def plan_problem(meta: RunMeta) -> str | None:
     if confirm_at is not None and plan.extra_rounds[-1]["round"] - confirm_at + 1 != plan.confirm_rounds:
         n = plan.extra_rounds[-1]["round"] - confirm_at + 1
         return f"plan.extra_rounds: {n} confirmation rounds, but plan.confirm_rounds is {plan.confirm_rounds}"
-    return _strategies_problem(meta) or _study_problem(meta)
+    return _strategies_problem(meta) or _builds_problem(meta) or _study_problem(meta)
+
+
+def _named_build(sid: str) -> str | None:
+    """The build a strategy's name says it ran on (the last part inside its brackets), or None."""
+    if not sid.endswith("]") or "[" not in sid:
+        return None
+    last = sid[sid.rindex("[") + 1:-1].split(",")[-1]
+    return last[len(BUILD_PART):] if last.startswith(BUILD_PART) else None
+
+
+def _builds_problem(meta: RunMeta) -> str | None:
+    """Every strategy of a run of several builds runs on one of them, the one its name says, against a baseline
+    of the same build; the run's `build` is its first build's record; a run of one build names none."""
+    by_id = {s.id: s for s in meta.strategies}
+    names = list(meta.builds)
+    if names and meta.build != meta.builds[names[0]]:
+        return f"build: not the record of the first build ({names[0]!r}) of builds"
+    for i, s in enumerate(meta.strategies):
+        said = _named_build(s.id)
+        if not names:
+            if said is not None:
+                return f"strategies[{i}].id: {s.id!r} names build {said!r}, but the run names no builds"
+            continue
+        if s.build is None:
+            return f"strategies[{i}].build: none, but the run measures builds {names}: each strategy runs on one"
+        if said is not None and said != s.build:
+            return f"strategies[{i}].id: {s.id!r} names build {said!r}, but it ran on build {s.build!r}"
+        base = by_id.get(s.baseline) if s.baseline else None
+        if base is not None and base.build != s.build:
+            return (f"strategies[{i}].baseline: {s.baseline!r} ran on build {base.build!r}, not on {s.id!r}'s "
+                    f"build {s.build!r}: a strategy is paired with its own build's baseline")
+    return None
 
 
 def _confirmation(meta: RunMeta, x: dict[str, Any], before: dict[str, Any] | None) -> str | None:

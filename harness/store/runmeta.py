@@ -32,6 +32,7 @@ class StrategyMeta(spec_types.StrategyFields):
     parallel: int = 1
     family: str | None = None  # the manifest entry a sweep or a list of levels expanded it from
     sweep: tuple[tuple[str, str], ...] = ()  # this combination's (flag, value) pairs
+    build: str | None = None  # the build it ran on (a key of RunMeta.builds; None: the run's one build)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ class RunMeta:
     interruptions: list[dict[str, Any]] = field(default_factory=list)
     updated_at: str | None = None
     format_version: int = schema.FORMAT_VERSIONS["run"]
+    #: A run of several builds: each build's record by name (`build` is the first's); empty for one build.
+    builds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # -- lookups
     def strategy(self, sid: str) -> StrategyMeta:
@@ -113,6 +116,10 @@ class RunMeta:
     def planned_tasks(self) -> list[TaskMeta]:
         return [self.task(t) for t in self.plan.tasks]
 
+    def build_records(self) -> dict[str | None, dict[str, Any]]:
+        """Each build's record by name ({None: build} for a run of one build)."""
+        return dict(self.builds) or {None: self.build}
+
     def baselines(self) -> list[str]:
         """Ids of the planned strategies that are a baseline (no speculation)."""
         return [s.id for s in self.planned_strategies() if not s.speculative]
@@ -123,6 +130,10 @@ class RunMeta:
         for s in out["strategies"]:
             s["args"] = list(s["args"])
             s["sweep"] = [list(pair) for pair in s["sweep"]]
+            if s["build"] is None:  # a run of one build reads as before
+                del s["build"]
+        if not out["builds"]:
+            del out["builds"]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
         if out["plan"]["distribution"] is None:  # a run without a sampling study keeps the file it always had
@@ -153,13 +164,15 @@ class RunMeta:
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=obj["plan"].get("distribution")),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
-            updated_at=obj.get("updated_at"))
+            updated_at=obj.get("updated_at"), builds=obj.get("builds", {}))
 
 
 def check_references(obj: dict[str, Any], where: str) -> None:
     """What a schema cannot say about a run.json that may come from someone else: every name it uses is one it
     defines (strategies, tasks, models), and its build record is one. One line on the first problem."""
     schema.check("build", obj["build"], f"{where}: build")
+    for name, record in (obj.get("builds") or {}).items():
+        schema.check("build", record, f"{where}: builds.{name}")
     strategies = [s["id"] for s in obj["strategies"]]
     tasks = [t["id"] for t in obj["tasks"]]
     for kind, ids in (("strategies", strategies), ("tasks", tasks)):
@@ -184,6 +197,8 @@ def check_references(obj: dict[str, Any], where: str) -> None:
                 raise KitError(f"{where}: strategies[{i}].{key}: {s[key]!r} is not a key of models")
         if s["baseline"] is not None and s["baseline"] not in strategies:
             raise KitError(f"{where}: strategies[{i}].baseline: {s['baseline']!r} is not a strategy id")
+        if s.get("build") is not None and s["build"] not in (obj.get("builds") or {}):
+            raise KitError(f"{where}: strategies[{i}].build: {s['build']!r} is not a key of builds")
 
 
 @schema.upgrade("run", 1)

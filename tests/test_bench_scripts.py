@@ -1,0 +1,27 @@
+"""The calibration benches run against the kit as it stands: each is run at its smallest size on the committed
+demo's shape, so a change to what a run folder must hold (measurement ids, plan checks) cannot leave them
+printing a traceback instead of figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("script,args,row", [
+    ("aa_calibration.py", ["--reports", "2", "--rounds", "3", "--models", "spread", "t3+slow"], "spread         3"),
+    ("compare_calibration.py", ["--comparisons", "2", "--rounds", "3", "--jobs", "1"], "     3 regressed"),
+    ("interval_coverage.py", ["--runs", "results/demo-cpu", "--noise", "spread", "--tables", "4", "--rounds", "3"],
+     "demo-cpu"),
+])
+def test_a_calibration_bench_prints_its_figures(script, args, row):
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    assert any(line.startswith(row) for line in res.stdout.splitlines()), res.stdout
