@@ -337,6 +337,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "quiet_wait": "before each timed request, wait at most this long (e.g. 30s, 2m) until other work on the host uses "
                   "less than a quarter of a core (looked at in half-second windows with the server ready), so fewer "
                   "measurements are disturbed; each record keeps its wait, RESULTS.md states the bound",
+    "distribution": "draw the sampling study alone, N samples per strategy, prompt and arm (the manifest's "
+                    "`distribution:` settings, else temperature 0.8 on every task's first prompt): is each strategy "
+                    "lossless in distribution at temperature > 0? 0: skip the manifest's study",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -344,9 +347,10 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None, quiet_wait=None):
-    """Run the matrix: one fresh container per measurement, rounds in shuffled order. The image is found on each
-    host by what it is (source, flags, backend); where none is, it is built first (unless --no-build)."""
+        retakes=None, quiet_wait=None, distribution=None):
+    """Run the matrix: one fresh container per measurement, rounds in shuffled order; then the manifest's sampling
+    study (lossless in distribution at temperature > 0), if it has one. The image is found on each host by what it
+    is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
     from harness.intake import trust
     from harness.run import runner
@@ -357,6 +361,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
         None if resume else _int("specbench.runs (invoke.yaml or INVOKE_SPECBENCH_RUNS)", _cfg(c, "runs"), minimum=1)
     seed = _int("--seed", seed, minimum=0, maximum=2**63 - 1)
     until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
+    distribution = _int("--distribution", distribution, minimum=0)
     wait = _seconds("--quiet-wait", quiet_wait)
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
@@ -369,7 +374,8 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             strategies=_split(strategy), tasks=_split(task_id), runs=runs,
             reuse_server=reuse_server, seed=seed, progress=not no_progress,
             engines=engines, until=until_f, max_rounds=max_rounds,
-            aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait)
+            aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait,
+            distribution=distribution)
     print(out)
 
 

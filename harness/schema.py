@@ -17,7 +17,8 @@ from jsonschema.validators import extend
 from harness import SCHEMAS, KitError
 
 #: The format version each file is written in now; the schema of the same name describes it.
-FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 3, "build": 1, "bundle": 1}
+FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 3, "build": 1, "bundle": 1,
+                                  "samples": 1}
 
 #: (name, old version) -> a function that returns the object in the next version.
 _UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}

@@ -8,6 +8,8 @@ the client's decode rate is what was asked, not the sum of many short sleeps).""
 from __future__ import annotations
 
 import json
+import math
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -87,6 +89,8 @@ class FakeLlamaServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
     def plain(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("temperature", 0) > 0 and "seed" in body:
+            return self.sampled(body)
         probs = [{"id": t, "token": f"t{t}", "logprob": -0.1,
                   "top_logprobs": [{"id": t, "token": f"t{t}", "logprob": -0.1},
                                    {"id": t + 1, "token": f"t{t + 1}", "logprob": -0.1 - i}]}
@@ -94,6 +98,27 @@ class FakeLlamaServer:
         content = "".join(f"t{t} " for t in self.tokens) if self.text is None else self.text
         return {"content": content, "completion_probabilities": probs,
                 "timings": self.timings}
+
+    def sampled(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A sample at temperature > 0: n_predict tokens drawn with the request's seed from a fixed distribution over
+        the recorded tokens (the likelier the earlier), flatter as the temperature (or top-k) grows; log-probabilities
+        (those at temperature 1) where n_probs asks, 0.0 after the first position where the timings say drafts
+        were made, as llama-server b11434 answers a drafting request."""
+        vocab = sorted(set(self.tokens))
+        width = min(len(vocab), body.get("top_k") or len(vocab))
+        weights = [math.exp(-i / body["temperature"]) for i in range(width)]
+        rng = random.Random(f"{body['seed']}")
+        tokens = rng.choices(vocab[:width], weights, k=body.get("n_predict", len(self.tokens)))
+        out: dict[str, Any] = {"content": "".join(f"t{t} " for t in tokens), "tokens": tokens, "stop_type": "limit",
+                               "timings": {**self.timings, "predicted_n": len(tokens)}}
+        if body.get("n_probs"):
+            total = sum(math.exp(-i) for i in range(len(vocab)))
+            drafted = bool(self.timings.get("draft_n"))
+            out["completion_probabilities"] = [
+                {"id": t, "token": f"t{t}", "logprob": 0.0 if drafted and i else -vocab.index(t) - math.log(total),
+                 "top_logprobs": [{"id": c, "token": f"t{c}", "logprob": -j - math.log(total)}
+                                  for j, c in enumerate(vocab[:body["n_probs"]])]} for i, t in enumerate(tokens)]
+        return out
 
     def __enter__(self) -> FakeLlamaServer:
         self.thread.start()

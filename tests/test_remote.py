@@ -63,6 +63,7 @@ def test_cli_error_is_one_line(sshd):
 def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
     raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
+    raw.pop("distribution")  # the demo's sampling study is not what this measures
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] in ("en-prose", "json-out")]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "remote.yaml")
@@ -105,6 +106,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
 def test_two_hosts_in_parallel_side_by_side(sshd, tmp_path, demo_image, models_dir):
     raw = yaml.safe_load(DEMO.read_text())
     raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] in ("baseline", "ngram-mod")])
+    raw.pop("distribution")  # the demo's sampling study is not what this measures
     raw["tasks"] = [t for t in raw["tasks"] if t["id"] == "json-out"]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "two.yaml")
@@ -136,6 +138,7 @@ def test_host_dropping_mid_run_is_resumable(sshd, tmp_path, demo_image, models_d
 
     raw = yaml.safe_load(DEMO.read_text())
     raw["strategies"] = single_stream([s for s in raw["strategies"] if s["id"] == "baseline"])
+    raw.pop("distribution")  # the demo's sampling study is not what this measures
     raw["tasks"] = [dict(t, n_predict=64) for t in raw["tasks"] if t["id"] in ("zh-prose", "en-prose", "code-gen")]
     raw["runs"] = 2
     path = write_manifest(tmp_path / "m", yaml.safe_dump(raw, allow_unicode=True), "drop.yaml")

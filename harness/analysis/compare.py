@@ -17,8 +17,8 @@ from tabulate import tabulate
 
 from harness import formatter as fm
 from harness.analysis import inference as inf
+from harness.analysis import lossless, lossless_report, stats, tuning, words
 from harness.analysis import reproduction as rp
-from harness.analysis import stats, tuning, words
 from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -137,6 +137,7 @@ class Comparison:
     rows: list[rp.Row]
     host_b: dict[str, str]  # A's host label -> B's
     torn_last_line: tuple[str, ...] = ()  # "A" / "B": whose measurements.jsonl ends in a line cut short
+    distribution: dict[str, Any] | None = None  # the sampling studies' verdicts side by side (lossless.compare)
 
     @property
     def blocking(self) -> list[str]:
@@ -165,8 +166,14 @@ class Comparison:
     @property
     def verdict(self) -> str:
         if self.blocking:
-            return "not comparable: the runs measured different things (" + ", ".join(self.blocking) + ")"
-        return words.headline(self.reproduction)
+            out = "not comparable: the runs measured different things (" + ", ".join(self.blocking) + ")"
+        else:
+            out = words.headline(self.reproduction)
+        changed = self.distribution["changed"] if self.distribution else 0
+        if changed:
+            out += (f"; {changed} distribution verdict{'s' if changed > 1 else ''} changed "
+                    "(lossless in distribution, below)")
+        return out
 
     def row_call(self, r: rp.Row) -> rp.Call:
         """A row's call; every judged row is "not comparable" when the runs measured different things."""
@@ -209,7 +216,8 @@ class Comparison:
                 "unresolved": len(rep.unresolved), "torn_last_line": list(self.torn_last_line),
                 "worst": None if worst is None else {"host": worst.host, "strategy": worst.strategy,
                                                      "task": worst.task, "ratio": worst.ratio,
-                                                     "ratio_interval": _interval(worst.interval)}}
+                                                     "ratio_interval": _interval(worst.interval)},
+                "distribution": self.distribution}
 
 
 def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN, cell_margin: float | None = None) -> Comparison:
@@ -230,7 +238,14 @@ def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN, cell_margin: floa
                                                 for f in ("host", "strategy", "task")))  # A's plan order
     return Comparison(RunRef(ma.run_id, str(dir_a), ma.plan.hosts), RunRef(mb.run_id, str(dir_b), mb.plan.hosts),
                       diffs, rep, rows, dict(pairs),
-                      tuple(x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line))
+                      tuple(x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line),
+                      lossless.compare(_study(ma, ra), _study(mb, rb), {hb: ha for ha, hb in pairs}))
+
+
+def _study(meta: RunMeta, rd: RunDir) -> dict[str, Any] | None:
+    """A run's sampling study judged (harness/analysis/lossless.py), None without one."""
+    return lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+                            {s.id: (s.spec_type, s.args) for s in meta.strategies})
 
 
 def _sp(x: float | None, iv: inf.Interval | None) -> str:
@@ -268,7 +283,8 @@ def text(result: Comparison, fmt: str = "simple") -> str:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
     lines += [f"{x}: the last line of measurements.jsonl was cut short (a crash mid-write): that measurement is not "
               "counted" for x in result.torn_last_line]
-    lines += ["", table(result, fmt), "", rule(result), "", f"verdict: {c(result.verdict, 1000)}"]
+    lines += ["", table(result, fmt), "", rule(result), *lossless_report.compare_lines(result.distribution), "",
+              f"verdict: {c(result.verdict, 1000)}"]
     return "\n".join(lines)
 
 

@@ -74,6 +74,8 @@ def of(meta: RunMeta, index: CellIndex) -> Completion:
     """What completes this run (see the module)."""
     if meta.protocol == "reuse-server":
         return Completion()  # one server per strategy: nothing to retake, and the run is the naive one on purpose
+    if meta.plan.runs == 0:
+        return Completion()  # a sampling study drawn alone: no timed round to add (--resume draws what it lacks)
     planned = planned_slots(meta)
     figures = gaps.state(index.measurements, index.busy)  # what counts, as the figures count it
     st = gaps.state(index.measurements)  # what a resume retakes (harness/run/executor.py): disturbed ones too

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, builds_report, explanation, plotting, stats, tuning, tuning_report
+from harness.analysis import builds, builds_report, explanation, lossless_report, plotting, stats, tuning, tuning_report
 from harness.analysis import compare as cmp
 from harness.analysis import explanation_report as why_report
 from harness.analysis.records import CellIndex
@@ -134,6 +134,10 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
                      + _confirmation_note(summary)),
         ("sampling", "temperature 0, cache_prompt false, seed fixed; tok/s is client-side wall clock of the decode"),
     ]
+    if summary.get("distribution") and not m["planned"]:  # a sampling study drawn alone: no timed measurement
+        rows[1] = ("run", f"{summary['run_id']} ({summary['status']}, the sampling study alone)")
+        rows[-2:] = [("protocol", f"one fresh container per batch of samples, rounds shuffled (seed "
+                                  f"{meta.plan.shuffle_seed})")]
     if meta.builds:  # several builds: each one's image and source (their tables name them too)
         rows[4:6] = [("builds", fm.md("; ".join(f"{n}: {r['tag']} ({r['image_id'][:19]}), {builds.source_text(r)}"
                                                 for n, r in meta.builds.items()), 1000))]
@@ -425,6 +429,8 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     meta = rd.read_meta()
     v = View(summary)
     parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
+    if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
+        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts))
     if summary["protocol"] == "reuse-server":
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
@@ -485,6 +491,7 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
+    parts += lossless_report.section(summary.get("distribution"), v.several_hosts)
     conc = _concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
@@ -600,7 +607,8 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         sp = rd.path / "summary.json"
         atomic_write_text(sp, json.dumps(summary, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
         written.append(sp)
-        png = plot_speedups(summary, rd.path / "plot.png") if plot else None
+        timed = bool(summary["measurements"]["planned"])  # a sampling study drawn alone has no speedup to draw
+        png = plot_speedups(summary, rd.path / "plot.png") if plot and timed else None
         if png:
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, stats, tuning, words
+from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -153,13 +153,21 @@ def summarize(rd: RunDir) -> dict[str, Any]:
         "quiet_wait": quiet_wait_summary(meta, everything),
         "completion": completion.of(meta, everything).as_dict(),
     } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table) \
-        | _builds(meta, index)
+        | _builds(meta, index) | _distribution(rd, meta)
 
 
 def _builds(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
     """A run of several builds: each later build against the first (harness/analysis/builds.py); else nothing."""
     section = builds.summary(meta, index)
     return {} if section is None else {"builds": section}
+
+
+def _distribution(rd: RunDir, meta: RunMeta) -> dict[str, Any]:
+    """The sampling study's table (harness/analysis/lossless.py), for a run that drew one."""
+    if not meta.plan.distribution:
+        return {}
+    return {"distribution": lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+                                             {s.id: (s.spec_type, s.args) for s in meta.strategies})}
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:

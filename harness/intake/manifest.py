@@ -220,6 +220,77 @@ class Sampling:
     top_k: int | None = None
 
 
+#: The sampling study's defaults: samples per strategy and prompt (and per arm of its baseline), tokens per sample,
+#: the first tokens compared as sequences, samples per fresh server, the first seed, and the control's offset from
+#: the study's temperature.
+STUDY_SAMPLES, STUDY_TOKENS, STUDY_PREFIX, STUDY_BATCH, STUDY_SEED = 24, 16, 3, 8, 1
+STUDY_TEMPERATURE, STUDY_CONTROL_OFFSET = 0.8, 0.4
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The sampling study of a manifest (`distribution:`, or `invoke run --distribution N`): samples drawn at a
+    temperature above 0, each one request with its own seed, for each strategy and prompt named (resolved here:
+    strategy ids at one client, (task, prompt) ids), the baseline with the same seeds and with other seeds, and the
+    positive control: the baseline at `control` = (temperature or top_k, value)."""
+
+    temperature: float
+    top_k: int | None
+    samples: int
+    tokens: int
+    prefix: int
+    batch: int
+    seed: int
+    prompts: tuple[tuple[str, str], ...]
+    strategies: tuple[str, ...]
+    control: tuple[str, float | int]
+
+
+def study(block: Mapping[str, Any], strategies: tuple[Strategy, ...], tasks: tuple[Task, ...],
+          where: str) -> Distribution:
+    """A `distribution:` block (schema-checked) resolved against the manifest's strategies and tasks; an unknown or
+    unfit name is one line naming `distribution.<field>[i]`."""
+    def fail(fp: str, message: str) -> ManifestError:
+        return ManifestError(f"{where}: distribution.{fp}: {message}")
+
+    prompts: list[tuple[str, str]] = []
+    for i, entry in enumerate(block.get("tasks") or [t.id for t in tasks]):
+        tid, _, pid = entry.partition("/")
+        task = next((t for t in tasks if t.id == tid), None)
+        if task is None:
+            raise fail(f"tasks[{i}]", f"{entry!r}: no task {tid!r} (expected one of {[t.id for t in tasks]})")
+        if pid and pid not in {p.id for p in task.prompts}:
+            raise fail(f"tasks[{i}]", f"{entry!r}: task {tid!r} has no prompt {pid!r} (expected one of "
+                       f"{[p.id for p in task.prompts]})")
+        if (tid, pid or task.prompts[0].id) not in prompts:
+            prompts.append((tid, pid or task.prompts[0].id))
+    eligible = [s for s in strategies if s.speculative and s.parallel == 1]
+    firsts: dict[str, str] = {}  # a sweep by its first combination
+    for s in eligible:
+        firsts.setdefault(s.family_id, s.id)
+    given = list(block.get("strategies") or firsts.values())
+    names: list[str] = []
+    for i, sid in enumerate(given):
+        # a strategy by its id; one entry on several builds by its name without the build (every build's)
+        picked = [s.id for s in eligible if s.id == sid] or [s.id for s in eligible if bl.across(s.id, s.build) == sid]
+        if not picked:
+            known = [s.id for s in eligible]
+            raise fail(f"strategies[{i}]", f"{sid!r} is not a speculative strategy at one client (expected one of "
+                       f"{known[:40]})")
+        names += picked
+    sp = block["sampling"]
+    temperature = float(sp["temperature"])
+    control = dict(block.get("control") or {"temperature": round(temperature + STUDY_CONTROL_OFFSET, 6)})
+    kind, value = next(iter(control.items()))
+    if (kind, value) in (("temperature", temperature), ("top_k", sp.get("top_k"))):
+        raise fail(f"control.{kind}", f"{value} is the study's own setting; the control must differ from it")
+    tokens = int(block.get("tokens", STUDY_TOKENS))
+    return Distribution(temperature, sp.get("top_k"), int(block.get("samples", STUDY_SAMPLES)), tokens,
+                        min(int(block.get("prefix", STUDY_PREFIX)), tokens), int(block.get("batch", STUDY_BATCH)),
+                        int(block.get("seed", STUDY_SEED)), tuple(prompts), tuple(dict.fromkeys(names)),
+                        (kind, int(value) if kind == "top_k" else float(value)))
+
+
 @dataclass(frozen=True)
 class Manifest:
     path: Path
@@ -241,6 +312,8 @@ class Manifest:
     confirm_rounds: int | None = None  # after a sweep: rounds of its best two combinations (None: the run's runs)
     #: At most this many disturbed measurements are measured again per run (None: the kit's share of the plan).
     retakes: int | None = None
+    #: The sampling study (`distribution:`), None without one.
+    distribution: Distribution | None = None
     #: The named builds (harness/intake/builds.py); empty: llama_cpp and build above are the one build.
     builds: tuple[Build, ...] = ()
 
@@ -362,6 +435,7 @@ class _Builder:
         strategies = self.strategies(models)
         sp = raw.get("sampling", {})
         timeouts = raw.get("timeouts", {})
+        tasks = self.tasks(check_files)
         return Manifest(
             path=self.path, name=raw["name"], description=raw.get("description", ""),
             hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
@@ -369,10 +443,11 @@ class _Builder:
             llama_cpp=builds[0].llama_cpp, build=builds[0].build, models=models,
             server_args=server_args,
             sampling=Sampling(float(sp.get("temperature", 0.0)), int(sp.get("seed", 42)), sp.get("top_k")),
-            endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=self.tasks(check_files),
+            endpoint=raw.get("endpoint", "completion"), strategies=strategies, tasks=tasks,
             runs=int(raw["runs"]), load_timeout_s=float(timeouts.get("load_s", DEFAULT_LOAD_TIMEOUT_S)),
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
             confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"),
+            distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None,
             builds=tuple(b for b in builds if b.name))
 
     def builds(self) -> list[Build]:

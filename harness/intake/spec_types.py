@@ -40,6 +40,9 @@ class SpecType:
     selecting_flags: tuple[str, ...] = ()
     #: llama-server flags (one value each) that tune only this type; a manifest may pass and sweep them.
     tuning_flags: tuple[str, ...] = ()
+    #: With `--spec-draft-sampling probabilistic` its drafts are sampled and verified by rejection sampling at a
+    #: temperature above 0 (else taken greedily and verified by exact match): the sampling study's stage 1.
+    rejection: bool = False
 
     @property
     def language_model_draft(self) -> bool:
@@ -54,10 +57,11 @@ def _ngram(name: str, *params: str, selecting: tuple[str, ...] = ()) -> SpecType
 #: In the order of the schema's enum.
 SPEC_TYPES: tuple[SpecType, ...] = (
     SpecType("none", speculative=False),
-    SpecType("draft-simple", draft_file=True, drafting=SEQUENTIAL),
+    SpecType("draft-simple", draft_file=True, drafting=SEQUENTIAL, rejection=True),
     SpecType("draft-eagle3", draft_file=True, drafter_arch="eagle3", flavours=("eagle3",), drafting=SEQUENTIAL,
              selecting_flags=("--eagle3",)),
-    SpecType("draft-mtp", flavours=("mtp",), drafting=SEQUENTIAL, mtp_target=True, selecting_flags=("--mtp",)),
+    SpecType("draft-mtp", flavours=("mtp",), drafting=SEQUENTIAL, mtp_target=True, selecting_flags=("--mtp",),
+             rejection=True),
     SpecType("draft-dflash", draft_file=True, drafter_arch="dflash", flavours=("dflash1", "dflash2"),
              drafting=BLOCK, selecting_flags=("--dflash",)),
     SpecType("draft-dspark", draft_file=True, drafter_arch="dflash", flavours=("dspark",), drafting=BLOCK),

@@ -41,7 +41,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
             model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
             bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
             aa_control: bool = False, confirm_rounds: int = 0, quiet_wait_s: float | None = None,
-            builds: dict[str, dict[str, Any]] | None = None) -> RunMeta:
+            builds: dict[str, dict[str, Any]] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
     """The run metadata of a new run, normalised from the manifest and the plan; `builds`: each build's record
     by name, for a manifest of several builds (`build` is the first's)."""
     folder = manifest.folder
@@ -69,5 +69,6 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
         build=build, environment=environment,
         plan=PlanMeta([s.id for s in plan.strategies], [t.id for t in plan.tasks], plan.runs, plan.shuffle_seed,
                       plan.hosts, len(plan.items), aa_control, until, max_rounds, retake_cap=plan.retake_cap,
-                      confirm_rounds=confirm_rounds if plan.sweeps() else 0, quiet_wait_s=quiet_wait_s or None),
+                      confirm_rounds=confirm_rounds if plan.sweeps() else 0, quiet_wait_s=quiet_wait_s or None,
+                      distribution=distribution),
         bandwidth=bandwidth, builds=builds or {})

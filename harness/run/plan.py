@@ -18,6 +18,7 @@ from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
 from harness.models.generate import EMBED, FF, TARGET_LAYERS, check_size
 from harness.run import builds as per_build
+from harness.run import study
 from harness.store.runmeta import MAX_MEASUREMENTS
 
 #: At most this share of a plan's measurements is retaken when other work disturbed them, rounded down (a run of
@@ -299,11 +300,13 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
         not_checked.append(f"the pinned sha256 of models {', '.join(absent)}: not there yet in "
                            f"{display_path(models_dir)} (`invoke models` checks each as it makes it)")
     plan = make_plan(manifest, ["local"], shuffle_seed=0)
+    drawn = study.make_study(manifest, manifest.distribution, ["local"], 0) if manifest.distribution else None
     hw = manifest.hardware
     unchecked = f"; {len(not_checked)} check(s) not run, named below" if not_checked else ""
     lines = [f"{display_path(manifest.path)}: valid (manifest {manifest.name}, sha256 {manifest.sha256[:12]})"
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
+             *([drawn.describe()] if drawn else []),
              f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
              f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
              + (f"; {len(manifest.builds)} builds of llama.cpp, each strategy on its own (below), measured in the "

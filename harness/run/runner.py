@@ -6,6 +6,7 @@ land on one strategy. `reuse_server` runs the naive protocol on purpose (one ser
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from harness import LABEL_PREFIX, KitError
 from harness.analysis import completion, sweep, tuning
 from harness.analysis import convergence as cv
 from harness.analysis.records import CellIndex, CellKey
-from harness.files import display_path
+from harness.files import display_path, now_iso
 from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import backends, build, images, source
@@ -22,11 +23,11 @@ from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
 from harness.models import gguf_facts, preflight
 from harness.models.ensure import ensure
-from harness.run import bandwidth, metadata
+from harness.run import bandwidth, metadata, sampling, study
 from harness.run import builds as per_build
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
-from harness.run.plan import Plan, confirm_rounds, make_plan
+from harness.run.plan import Plan, confirm_rounds, make_plan, select
 from harness.run.protocol import PROTOCOLS, Context, MeasurementProtocol, warm_shader_cache
 from harness.store import runmeta
 from harness.store.rundir import RunDir, new_run_id
@@ -114,7 +115,8 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         runs: int | None = None, reuse_server: bool = False, seed: int | None = None, progress: bool = True,
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
-        retakes: int | None = None, extend: Extender | None = None, quiet_wait: float | None = None) -> str:
+        retakes: int | None = None, extend: Extender | None = None, quiet_wait: float | None = None,
+        distribution: int | None = None) -> str:
     """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
@@ -124,6 +126,8 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     the original is decided), up to `max_rounds`. At most `retakes` measurements that other work disturbed (or that
     failed while it ran, or where their cell succeeded) are measured again at the end of their round, those that
     restore the most pairs first (default: the manifest's, else 10% of the planned ones; run.json records the cap).
+    `distribution` None draws the manifest's sampling study (harness/run/sampling.py) after the timed rounds, 0
+    none, N the study alone with N samples per arm.
     `quiet_wait` (seconds) waits before each timed request until other work on the host is below the disturbance
     threshold, at most that long. A resumed run keeps its plan; `runs`, `retakes` and `quiet_wait` given with it
     change it (more rounds, a new cap, a new wait: `_resume`). The image runs code from the manifest's source: the
@@ -144,11 +148,16 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         strategies, tasks, runs, seed = [s for s in p.strategies if s in own], p.tasks, p.runs, p.shuffle_seed
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         records = meta.build_records()
+        settings, alone = (study.from_meta(p.distribution) if p.distribution else None), p.runs == 0
+    else:
+        settings, alone = study.settings(manifest, distribution), bool(distribution)
     engines = engines or [LocalEngine()]
     adding = until is not None or extend is not None  # rounds after the planned ones count against the cap too
-    plan = make_plan(manifest, [e.name for e in engines], strategies=strategies, tasks=tasks, runs=runs,
-                     shuffle_seed=seed, aa_control=aa_control, retakes=retakes,
-                     max_rounds=(max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
+    plan, drawn = _plans(manifest, [e.name for e in engines], settings, alone, strategies, tasks, runs, seed,
+                         aa_control, retakes, (max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
+    if alone and (until is not None or reuse_server or aa_control or quiet_wait):
+        raise KitError("--distribution N draws the sampling study alone: --until, --reuse-server, --aa-control and "
+                       "--quiet-wait concern timed rounds, which it has none of")
     # only the models this plan measures with: `--strategy baseline` needs no drafter
     model_paths = ensure(manifest, models_dir, download=True, log=log,
                                  strategies=[s.id for s in plan.strategies])
@@ -175,7 +184,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
                                {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control,
                                confirm_rounds(manifest, plan.runs), quiet_wait,
-                               {b: r for b, r in records.items() if b})
+                               {b: r for b, r in records.items() if b}, drawn.as_meta() if drawn else None)
         rd.write_meta(meta)
         build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
     elif changes:
@@ -183,7 +192,33 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     if extend is None and until is not None:
         extend = converge(until)
     return _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
-                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS)
+                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn)
+
+
+def _plans(manifest: mf.Manifest, hosts: list[str], settings: mf.Distribution | None, alone: bool,
+           strategies: list[str] | None, tasks: list[str] | None, runs: int | None, seed: int | None,
+           aa_control: bool, retakes: int | None, max_rounds: int | None) -> tuple[Plan, study.Study | None]:
+    """The timed plan and the sampling study of a run (None: no study); a study drawn alone plans no timed
+    measurement (0 runs) and names the strategies and tasks it samples. A selection (--strategy, --task-id) that
+    leaves the study nothing draws none, or for a study drawn alone is an error."""
+    picked_s, picked_t = select(manifest, strategies, tasks)
+    ids_s, ids_t = [s.id for s in picked_s], [t.id for t in picked_t]
+    if not alone:
+        plan = make_plan(manifest, hosts, strategies=strategies, tasks=tasks, runs=runs, shuffle_seed=seed,
+                         aa_control=aa_control, retakes=retakes, max_rounds=max_rounds)
+        return plan, (study.make_study(manifest, settings, hosts, plan.shuffle_seed, ids_s, ids_t)
+                      if settings is not None else None)
+    assert settings is not None
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    drawn = study.make_study(manifest, settings, hosts, seed, ids_s, ids_t)
+    if drawn is None:
+        raise KitError("--distribution: the selected strategies and tasks leave the sampling study nothing to draw "
+                       f"(it samples {', '.join(settings.strategies)} on "
+                       f"{', '.join(f'{t}/{p}' for t, p in settings.prompts)})")
+    sids = {a.strategy.id for a in drawn.arms}
+    tids = {t.id for t, _ in drawn.prompts}
+    return Plan([s for s in manifest.strategies if s.id in sids], [t for t in manifest.tasks if t.id in tids], 0,
+                seed, hosts), drawn
 
 
 def _check_flags(until: float | None, retakes: int | None, quiet_wait: float | None) -> None:
@@ -303,7 +338,7 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: MeasurementProtocol,
              records: dict[str | None, dict[str, Any]], paths_by_host: dict[str, dict[str, Path]],
              log: Callable[[str], None], progress: bool, access: dict[str, devices.Access],
-             extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS) -> str:
+             extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None) -> str:
     record = next(iter(records.values()))
     meta = rd.read_meta()
     ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
@@ -311,13 +346,16 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     wait = f"; waiting up to {ctx.quiet_wait_s:g} s for a quiet host before each" if ctx.quiet_wait_s else ""
-    log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
+    if plan.items or drawn is None:
+        log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
+    if drawn is not None:
+        log(f"run {rd.run_id}: {drawn.describe()}; shuffle seed {plan.shuffle_seed}")
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
                         seed=plan.shuffle_seed, baselines={s.id: s.baseline for s in meta.planned_strategies()})
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
         plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
     try:
-        if backends.get(ctx.backend).shader_cache:
+        if backends.get(ctx.backend).shader_cache and plan.items:
             for e in engines:
                 warm_shader_cache(ctx, e, plan.strategies, plan.tasks[0], log)
         counts = executor.execute(plan.items)
@@ -326,6 +364,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             _extend(plan, executor, rd, counts, log, extend, cap)
         if meta.plan.confirm_rounds and plan.sweeps() and not confirmed:
             _confirm(plan, executor, rd, counts, log)
+        sampled = _draw(ctx, engines, drawn, rd, log, progress) if drawn is not None else ""
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
@@ -333,7 +372,24 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
             + (f", {counts['skipped']} already recorded" if counts["skipped"] else "")
             + (f", {counts['retakes']} measured again (disturbed by other work, or failed)"
                if counts["retakes"] else "")
-            + f"; results in {rd.path}" + _to_complete(rd))
+            + sampled + f"; results in {rd.path}" + _to_complete(rd))
+
+
+def _draw(ctx: Context, engines: list[Engine], drawn: study.Study, rd: RunDir, log: Callable[[str], None],
+          progress: bool) -> str:
+    """The sampling study after the timed rounds, the run's status kept true while it draws; what it drew, in
+    words for the run's last line."""
+    rd.update_meta(status="running")
+    try:
+        c = sampling.draw(ctx, engines, drawn, rd, log, progress)
+    except BaseException:
+        meta = rd.read_meta()
+        rd.update_meta(status="interrupted", interruptions=[*meta.interruptions, {
+            "at": now_iso(), "done": len(rd.done_ids()), "batches": len(rd.samples())}])
+        raise
+    rd.update_meta(status="complete")
+    return (f"; sampling study: {c['ok']} batches ({c['samples']} samples) drawn, {c['failed']} failed"
+            + (f", {c['skipped']} already recorded" if c["skipped"] else ""))
 
 
 def _to_complete(rd: RunDir) -> str:

@@ -4,7 +4,7 @@ Layout of a bundle (tar.gz):
     <run-id>/bundle.json              format_version, run id, sha256 of every other file
     <run-id>/manifest/<name>.yaml     the manifest exactly as the run read it
     <run-id>/manifest/<prompt files>  at the paths the manifest names
-    <run-id>/run/run.json, run/measurements.jsonl, run/summary.json
+    <run-id>/run/run.json, run/measurements.jsonl, run/summary.json (and run/samples.jsonl: a sampling study)
     <run-id>/RESULTS.md               the report of that run
 
 A received bundle is untrusted: it is extracted member by member with harness/store/archive.py (files and folders only,
@@ -27,7 +27,7 @@ from harness.analysis import report
 from harness.files import file_sha256, now_iso, sha256_bytes
 from harness.schema import FORMAT_VERSIONS
 from harness.store import archive
-from harness.store.rundir import MEASUREMENTS_FILE, RUN_FILE, RunDir
+from harness.store.rundir import MEASUREMENTS_FILE, RUN_FILE, SAMPLES_FILE, RunDir
 from harness.store.runmeta import RunMeta
 
 INDEX = "bundle.json"
@@ -77,7 +77,10 @@ def make(run_dir: Path, out: Path | None = None, manifest_dir: Path | None = Non
         report.write([rd.path], Path(tmp) / "RESULTS.md", plot=False)
         files["RESULTS.md"] = (Path(tmp) / "RESULTS.md").read_bytes()
     for fname in (RUN_FILE, MEASUREMENTS_FILE, "summary.json"):
-        files[f"run/{fname}"] = (rd.path / fname).read_bytes()
+        # a sampling study drawn alone records no measurement: its measurements file is empty
+        files[f"run/{fname}"] = (rd.path / fname).read_bytes() if (rd.path / fname).is_file() else b""
+    if rd.samples():  # schema-checks every batch
+        files[f"run/{SAMPLES_FILE}"] = rd.samples_file.read_bytes()
     index = {"format_version": FORMAT_VERSIONS["bundle"], "run_id": rd.run_id, "created_at": now_iso(),
              "manifest": next(iter(files)), "files": {k: sha256_bytes(v) for k, v in files.items()}}
     out = Path(out or f"{rd.run_id}.bundle.tar.gz")
@@ -182,4 +185,5 @@ def _unpack(path: Path, dest: Path) -> tuple[Path, Path]:
                     or file_sha256(f, cache=False) != p.sha256:
                 raise KitError(f"{path}: prompt {p.file} differs from the one run {meta.run_id} used")
     rd.measurements()
+    rd.samples()
     return manifest_path, rd.path

@@ -10,12 +10,16 @@ that could add them), and every record must be of a
 cell of its round, with the measurement id the plan gives it and the stream count of its strategy, and a retake
 only of a measurement of the same cell, prompt and round that other work disturbed or that failed, each at most
 once (a retake of a retake names the one before it). What does not fit is one line naming the file, the line or
-field, and what was expected; nothing is counted silently. In a run of several builds every strategy runs on one
-of them, the build its name says (`<id>[build=<name>]`) is the one it ran on, and its baseline is of that build:
-a forged name would pair a strategy with another build's baseline or print one build's figures under another's."""
+field, and what was expected; nothing is counted silently. The same holds for a sampling study (plan.distribution,
+samples.jsonl): its arms, batches and requests are the ones its settings make, and every batch is of its arm,
+prompt and round, with the seeds, temperature, top-k and token count the plan gives it, each recorded once. In a
+run of several builds every strategy runs on one of them, the build its name says (`<id>[build=<name>]`) is the
+one it ran on, and its baseline is of that build: a forged name would pair a strategy with another build's
+baseline or print one build's figures under another's."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,7 +75,7 @@ def plan_problem(meta: RunMeta) -> str | None:
     if confirm_at is not None and plan.extra_rounds[-1]["round"] - confirm_at + 1 != plan.confirm_rounds:
         n = plan.extra_rounds[-1]["round"] - confirm_at + 1
         return f"plan.extra_rounds: {n} confirmation rounds, but plan.confirm_rounds is {plan.confirm_rounds}"
-    return _strategies_problem(meta) or _builds_problem(meta)
+    return _strategies_problem(meta) or _builds_problem(meta) or _study_problem(meta)
 
 
 def _named_build(sid: str) -> str | None:
@@ -148,6 +152,77 @@ def _strategies_problem(meta: RunMeta) -> str | None:
             if (flag, value) not in pairs:
                 return f"strategies[{i}].sweep: {flag} {value!r} is not in its args"
     return None
+
+
+def _study_problem(meta: RunMeta) -> str | None:
+    """The sampling study's plan: arms of the run's strategies, each baseline arm its own, every other one compared
+    with a baseline arm of the same target, and as many batches and requests as its settings make (bounded like
+    the measurements)."""
+    d = meta.plan.distribution
+    if not d:
+        return None
+    arms = {a["id"]: a for a in d["arms"]}
+    if len(arms) != len(d["arms"]):
+        return "plan.distribution.arms: an arm id appears twice"
+    for i, a in enumerate(d["arms"]):
+        base = arms.get(a["baseline"])
+        if base is None or base["role"] != "baseline" or (a["role"] == "baseline") != (a["id"] == a["baseline"]):
+            return f"plan.distribution.arms[{i}].baseline: {a['baseline']!r} is not a baseline arm of the study"
+        if a["role"] != "strategy" and a["strategy"] != base["strategy"]:
+            return f"plan.distribution.arms[{i}].strategy: a {a['role']} arm samples its baseline's server"
+        if a["strategy"] not in meta.plan.strategies:
+            return f"plan.distribution.arms[{i}].strategy: {a['strategy']!r} is not one the run planned"
+    per_host = len(d["prompts"]) * len(arms)
+    requests = per_host * d["samples"] * len(meta.plan.hosts)
+    if requests > MAX_MEASUREMENTS:
+        return f"plan.distribution: {requests:,} requests; a run draws at most {MAX_MEASUREMENTS:,} samples"
+    batches = per_host * math.ceil(d["samples"] / d["batch"]) * len(meta.plan.hosts)
+    for key, made in (("batches", batches), ("requests", requests)):
+        if d.get(key, made) != made:
+            return f"plan.distribution.{key}: {d[key]}, but its arms, prompts, samples and hosts make {made}"
+    return None
+
+
+def batch_problem(meta: RunMeta, rec: dict[str, Any], seen: set[str]) -> str | None:
+    """Why one batch of samples.jsonl (its arm, prompt and host already known to the study) does not fit the plan,
+    or None."""
+    d = meta.plan.distribution or {}
+    arm = next(a for a in d["arms"] if a["id"] == rec["arm"])
+    rnd, rounds = rec["round"], math.ceil(d["samples"] / d["batch"])
+    if not 1 <= rnd <= rounds:
+        return f"round {rnd} is not one the study planned (rounds 1 to {rounds})"
+    want = f"{rec['host']}/{rec['arm']}/{rec['task']}/{rec['prompt']}/{rnd}"
+    if rec["batch_id"] != want:
+        return f"batch id {rec['batch_id']!r}, expected {want!r} for its arm, prompt and round"
+    if want in seen:
+        return f"batch id {want!r} appears twice"
+    spec = meta.strategy(rec["strategy"]).spec_type
+    if rec["spec_type"] != spec:
+        return f"strategy {rec['strategy']!r} has spec type {rec['spec_type']!r} here and {spec!r} in run.json"
+    for key, planned in (("temperature", arm["temperature"]), ("top_k", arm["top_k"]), ("n_predict", d["tokens"])):
+        if rec[key] != planned:
+            return f"{key} {rec[key]!r}, but arm {arm['id']!r} is sampled with {planned!r}"
+    first = arm["first_seed"] + (rnd - 1) * d["batch"]
+    planned_seeds = list(range(first, arm["first_seed"] + min(rnd * d["batch"], d["samples"])))
+    seeds = [x["seed"] for x in rec["samples"]]
+    if seeds != planned_seeds[:len(seeds)] or (rec["status"] == "ok" and len(seeds) != len(planned_seeds)):
+        return (f"seeds {seeds[:3]}{'...' if len(seeds) > 3 else ''} ({len(seeds)}), but round {rnd} of arm "
+                f"{arm['id']!r} draws seeds {first} to {planned_seeds[-1]}")
+    long = next((i for i, x in enumerate(rec["samples"]) if len(x["tokens"]) > d["tokens"]), None)
+    if long is not None:
+        return f"samples[{long}]: {len(rec['samples'][long]['tokens'])} tokens, more than the {d['tokens']} asked for"
+    return None
+
+
+def check_samples(meta: RunMeta, records: Iterable[tuple[int, dict[str, Any]]], where: str) -> None:
+    """Refuse, in one line naming the file and the line, the first batch (line number, record) that does not fit
+    the run's sampling study."""
+    seen: set[str] = set()
+    for n, rec in records:
+        problem = batch_problem(meta, rec, seen)
+        if problem:
+            raise KitError(f"{where}: line {n}: {problem}; this record is not of this run as planned")
+        seen.add(rec["batch_id"])
 
 
 def check_plan(meta: RunMeta, where: str) -> None:

@@ -23,6 +23,8 @@ from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
 
 RUN_FILE = "run.json"
 MEASUREMENTS_FILE = "measurements.jsonl"
+#: The sampling study's batches (harness/run/sampling.py), one JSON object a line, beside the measurements.
+SAMPLES_FILE = "samples.jsonl"
 #: A run writes a few kB per measurement; refuse to start where even this much is not free.
 MIN_FREE_BYTES = 16 << 20
 MAX_RUN_FILE_BYTES = 16 << 20
@@ -63,6 +65,10 @@ class RunDir:
     @property
     def measurements_file(self) -> Path:
         return self.path / MEASUREMENTS_FILE
+
+    @property
+    def samples_file(self) -> Path:
+        return self.path / SAMPLES_FILE
 
     @property
     def run_id(self) -> str:
@@ -147,24 +153,60 @@ class RunDir:
     def append(self, record: dict[str, Any]) -> None:
         """Validate one measurement and append it durably."""
         schema.check("result", record, f"{self.measurements_file} (new record {record.get('measurement_id')})")
+        self._append(self.measurements_file, record)
+
+    def append_samples(self, record: dict[str, Any]) -> None:
+        """Validate one batch of the sampling study and append it durably."""
+        schema.check("samples", record, f"{self.samples_file} (new record {record.get('batch_id')})")
+        self._append(self.samples_file, record)
+
+    def samples(self) -> list[dict[str, Any]]:
+        """The sampling study's batch records (none: []); a torn last line is skipped, any other bad line is an
+        error naming it, as for the measurements."""
+        records, numbers, _ = self._read_lines(self.samples_file, "samples")
+        if records:
+            self._check_study(records, numbers)
+        return records
+
+    def _check_study(self, records: list[dict[str, Any]], line_numbers: list[int]) -> None:
+        """Every batch is of the study the run planned (an arm with its strategy and role, a prompt, a host): a
+        record of anything else is one line naming it, never counted as samples."""
+        meta = self.read_meta()
+        study = meta.plan.distribution
+        if not study:
+            raise KitError(f"{self.samples_file}: the run planned no sampling study (run.json: plan.distribution)")
+        arms = {a["id"]: (a["strategy"], a["role"]) for a in study["arms"]}
+        prompts = {tuple(x) for x in study["prompts"]}
+        for rec, n in zip(records, line_numbers, strict=False):
+            wrong = ("arm", rec["arm"], sorted(arms)) if rec["arm"] not in arms else \
+                ("strategy and role", (rec["strategy"], rec["role"]), [arms[rec["arm"]]]) \
+                if (rec["strategy"], rec["role"]) != arms[rec["arm"]] else \
+                ("prompt", f"{rec['task']}/{rec['prompt']}", sorted("/".join(x) for x in prompts)) \
+                if (rec["task"], rec["prompt"]) not in prompts else \
+                ("host", rec["host"], meta.plan.hosts) if rec["host"] not in meta.plan.hosts else None
+            if wrong:
+                raise KitError(f"{self.samples_file}: line {n}: {wrong[0]} {wrong[1]!r} is not one the run planned "
+                               f"(run.json: {', '.join(map(str, wrong[2]))[:300]}); this record is not of this run")
+        # batch ids, rounds, seeds and settings against the study's plan (harness/store/plan_check.py)
+        plan_check.check_samples(meta, zip(line_numbers, records, strict=True), str(self.samples_file))
+
+    def _append(self, path: Path, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         try:
             # O_NOFOLLOW: a link planted in a run folder from elsewhere is never written through
-            fd = os.open(self.measurements_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
-            raise KitError(f"{self.measurements_file}: cannot append: {e.strerror or e}") from None
+            raise KitError(f"{path}: cannot append: {e.strerror or e}") from None
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
 
-    def measurements(self) -> list[dict[str, Any]]:
-        """All records in the current format; a torn last line (a crash mid-write) is skipped and noted in
-        `torn_last_line`, any other bad line is an error naming it."""
-        self.torn_last_line = False
-        if not self.measurements_file.exists():
-            return []
-        f = self.measurements_file
+    def _read_lines(self, f: Path, kind: str) -> tuple[list[dict[str, Any]], list[int], bool]:
+        """The records of a JSON-lines file of the run folder, each read in the current format of schema `kind`,
+        their line numbers, and whether a torn last line (a crash mid-write) was skipped."""
+        if not f.exists():
+            return [], [], False
         if not f.is_file():  # a FIFO or /dev/zero would be read forever
             raise KitError(f"{f}: not a regular file")
         if f.stat().st_size > MAX_MEASUREMENTS_BYTES:
@@ -173,7 +215,7 @@ class RunDir:
             lines = f.read_text(encoding="utf-8").split("\n")
         except UnicodeDecodeError as e:
             raise KitError(f"{f}: not UTF-8 text (byte {e.start})") from None
-        records, numbers = [], []
+        records, numbers, torn = [], [], False
         last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
         for i, line in enumerate(lines):
             if not line.strip():
@@ -182,12 +224,18 @@ class RunDir:
                 rec = json.loads(line)
             except (json.JSONDecodeError, RecursionError) as e:
                 if i == last and not lines[i].endswith("}"):
-                    self.torn_last_line = True
+                    torn = True
                     continue
                 raise KitError(f"{f}: line {i + 1}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
                     from None
-            records.append(schema.read("result", rec, f"{f}: line {i + 1}"))
+            records.append(schema.read(kind, rec, f"{f}: line {i + 1}"))
             numbers.append(i + 1)
+        return records, numbers, torn
+
+    def measurements(self) -> list[dict[str, Any]]:
+        """All records in the current format; a torn last line (a crash mid-write) is skipped and noted in
+        `torn_last_line`, any other bad line is an error naming it."""
+        records, numbers, self.torn_last_line = self._read_lines(self.measurements_file, "result")
         self._check_planned(records, numbers)
         return records
 

@@ -71,6 +71,8 @@ class PlanMeta:
     #: Before each timed request, wait at most this long for other work on the host to fall below the disturbance
     #: threshold (None: no wait; harness/run/interference.py).
     quiet_wait_s: float | None = None
+    #: The sampling study (harness/run/sampling.py `Study.as_meta`): settings and arms; None without one.
+    distribution: dict[str, Any] | None = None
 
     def confirm_from(self) -> int | None:
         """The first confirmation round, None when none was added."""
@@ -134,6 +136,8 @@ class RunMeta:
             del out["builds"]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
+        if out["plan"]["distribution"] is None:  # a run without a sampling study keeps the file it always had
+            del out["plan"]["distribution"]
         order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
         return {k: out[k] for k in order if out[k] is not None} | {k: v for k, v in out.items() if k not in order}
 
@@ -157,7 +161,8 @@ class RunMeta:
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
                           extra_rounds=obj["plan"].get("extra_rounds", []),
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0),
-                          quiet_wait_s=obj["plan"].get("quiet_wait_s")),
+                          quiet_wait_s=obj["plan"].get("quiet_wait_s"),
+                          distribution=obj["plan"].get("distribution")),
             bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
             updated_at=obj.get("updated_at"), builds=obj.get("builds", {}))
 
@@ -177,6 +182,15 @@ def check_references(obj: dict[str, Any], where: str) -> None:
         unknown = [x for x in obj["plan"][kind] if x not in ids]
         if unknown:
             raise KitError(f"{where}: plan.{kind}: {unknown[0]!r} is not one of the run's {kind}")
+    study = obj["plan"].get("distribution") or {}
+    for i, arm in enumerate(study.get("arms", [])):
+        if arm["strategy"] not in strategies:
+            raise KitError(f"{where}: plan.distribution.arms[{i}].strategy: {arm['strategy']!r} is not a strategy id")
+    prompts = {(t["id"], p["id"]) for t in obj["tasks"] for p in t["prompts"]}
+    for i, pair in enumerate(study.get("prompts", [])):
+        if tuple(pair) not in prompts:
+            raise KitError(f"{where}: plan.distribution.prompts[{i}]: {'/'.join(pair)!r} is not a prompt of the "
+                           "run's tasks")
     for i, s in enumerate(obj["strategies"]):
         for key in ("model", "draft"):
             if s[key] is not None and s[key] not in obj["models"]:

@@ -1,0 +1,117 @@
+"""Is the distribution test calibrated? A/A tables and the positive control, resampled from a committed sampling
+study and judged by the code `invoke report` runs (harness/analysis/lossless.py).
+
+- A/A: every arm of the study (each strategy, the baseline with its seeds, the reference, the control) drawn again
+  from one population: the baseline's own samples (its arm and its reference arm together, per prompt), with
+  replacement, as many as the study drew. Every "differs" is false; the family is the whole table, as in the
+  report. Printed: the share of tables with at least one false "differs" (the family error Holm's procedure holds
+  at 5%), and each test's share of false rejections before the family's correction.
+- Control: the same, but the control arm drawn from the control's own samples: the share of tables in which the
+  control comes out as "differs" on every prompt, and per prompt (the power the report's "the study had power"
+  line claims; resampling the observed control estimates the power at the effect this study saw).
+
+    python3 bench/distribution_calibration.py [RUN_DIR] [--tables 200] [--seed 1]"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE))
+
+from harness import KitError  # noqa: E402
+from harness.analysis import lossless  # noqa: E402
+from harness.store.rundir import RunDir  # noqa: E402
+
+DEFAULT_RUN = HERE / "results" / "real-gemma3-270m-distribution"
+
+
+def populations(study: dict[str, Any], records: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], Any]:
+    """Per (host, task, prompt, baseline): the baseline's samples (its arm and its reference) and the control's."""
+    out: dict[tuple[str, str, str, str], Any] = collections.defaultdict(lambda: {"null": [], "control": []})
+    roles = {a["id"]: (a["role"], a["baseline"]) for a in study["arms"]}
+    for r in records:
+        role, base = roles[r["arm"]]
+        if r["status"] != "ok" or role == "strategy":
+            continue
+        out[(r["host"], r["task"], r["prompt"], base)]["control" if role == "control" else "null"] += r["samples"]
+    return out
+
+
+def table(study: dict[str, Any], pops: dict, control: bool, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """One resampled study's batch records: every arm drawn from the baseline's population (the control from its
+    own with `control`), with the arm's seeds."""
+    n = study["samples"]
+    records = []
+    for (host, task, prompt, base), pop in pops.items():
+        for arm in [a for a in study["arms"] if a["baseline"] == base]:
+            source = pop["control"] if control and arm["role"] == "control" else pop["null"]
+            picks = rng.integers(0, len(source), n)
+            samples = [{**source[i], "seed": arm["first_seed"] + j} for j, i in enumerate(picks)]
+            if arm["role"] == "strategy":  # a drafting server reports no log-probabilities
+                samples = [{**s, "logprobs": None, "top": None} for s in samples]
+            records.append({"host": host, "arm": arm["id"], "task": task, "prompt": prompt, "status": "ok",
+                            "samples": samples})
+    return records
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", nargs="?", type=Path, default=DEFAULT_RUN)
+    ap.add_argument("--tables", type=int, default=200, help="resampled tables per mode")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    try:
+        rd = RunDir.open(args.run_dir)
+        meta = rd.read_meta()
+    except KitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    study = meta.plan.distribution
+    if not study:
+        print(f"{args.run_dir}: no sampling study in this run", file=sys.stderr)
+        return 1
+    pops = populations(study, rd.samples())
+    kinds = {s.id: (s.spec_type, s.args) for s in meta.strategies}
+    rng = np.random.default_rng(args.seed)
+    started = time.monotonic()
+    print(f"{meta.run_id}: {study['samples']} samples of {study['tokens']} tokens per arm, {len(pops)} baselines x "
+          f"prompts, {args.tables} resampled tables per mode")
+    for control in (False, True):
+        any_false, detected_all, per_test, run_tests = 0, 0, collections.Counter(), collections.Counter()
+        detected: collections.Counter = collections.Counter()
+        tests = rows = 0
+        for _ in range(args.tables):
+            judged = lossless.summary(study, table(study, pops, control, rng), meta.plan.hosts, kinds)
+            nulls = [r for r in judged["rows"] if not (control and r["kind"] == "control")]
+            controls = [r for r in judged["rows"] if control and r["kind"] == "control"]
+            any_false += any(r["verdict"] == "differs" for r in nulls)
+            for r in nulls:
+                per_test.update(t["name"] for t in r["tests"] if t["p"] is not None and t["p"] <= lossless.ALPHA)
+                run_tests.update(t["name"] for t in r["tests"] if t["p"] is not None)
+            for r in controls:
+                detected[(r["baseline"], r["task"], r["prompt"])] += r["verdict"] == "differs"
+            detected_all += bool(controls) and all(r["verdict"] == "differs" for r in controls)
+            tests, rows = judged["family"]["tests"], len(nulls)
+        if not control:
+            print(f"A/A: {rows} rows, {tests} tests per table; at least one false \"differs\" in "
+                  f"{any_false / args.tables:.1%} of tables (the family's level: 5%)")
+            print("  false rejections per test before the family's correction (each at its own 5%): "
+                  + ", ".join(f"{k} {per_test[k] / n:.1%}" for k, n in sorted(run_tests.items())))
+        else:
+            print(f"control: detected on every prompt in {detected_all / args.tables:.1%} of tables; each: "
+                  + ", ".join(f"{b} on {t}/{p} {v / args.tables:.1%}" for (b, t, p), v in sorted(detected.items()))
+                  + f"; a false \"differs\" elsewhere in {any_false / args.tables:.1%}")
+    print(f"({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
