@@ -400,7 +400,9 @@ def test_the_calibration_bench_resamples_a_study_into_a_a_tables_and_control_tab
 
 def test_the_committed_real_text_study_shows_both_stages_the_control_and_the_detectable_distance(tmp_path):
     """results/real-gemma3-270m-distribution (gemma-3-270m on this machine's CPU, the sampling study alone): every
-    strategy's seeded equality and distribution verdict, the control detected, and RESULTS.md saying so."""
+    strategy's seeded equality and distribution verdict, the control's result on each prompt (detected on en-prose;
+    on zh-prose temperature 1.2 moved the first tokens less than 60 samples can detect), and RESULTS.md saying that
+    the study had no power there rather than calling "no difference" a finding."""
     run = tmp_path / "real-gemma3-270m-distribution"
     shutil.copytree(ROOT / "results" / run.name, run)
     rd = RunDir.open(run)
@@ -413,11 +415,15 @@ def test_the_committed_real_text_study_shows_both_stages_the_control_and_the_det
     for r in strategies:
         assert r["stage1"]["paired"] == 60 and r["verification"] == "exact match" and r["drafted"] > 0
         assert r["verdict"] in ("no difference detected", "differs") and 0 < r["detectable_tv"] < 1
-    assert d["power"] is True and all(r["verdict"] == "differs" for r in d["rows"] if r["kind"] == "control")
+    controls = {r["task"]: r for r in d["rows"] if r["kind"] == "control"}
+    assert controls["en-prose"]["verdict"] == "differs"
+    assert controls["zh-prose"]["verdict"] != "differs" and d["power"] is False
+    assert controls["zh-prose"]["tv"]["estimate"] < controls["zh-prose"]["detectable_tv"]  # below what it could detect
     rp.write([run], tmp_path / "R.md", plot=False)
     text_ = (tmp_path / "R.md").read_text()
     assert "### Lossless in distribution at temperature 0.8" in text_ and "the sampling study alone" in text_
-    assert "was detected on every prompt" in text_ and "could detect TV ≥" in text_
+    assert "**The study had no power**" in text_ and "not detected: no power" in text_
+    assert "was detected on every prompt" not in text_ and "could detect TV ≥" in text_
 
 
 # ---------------------------------------------------------------- the demo's own study, on the real server
