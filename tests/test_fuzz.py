@@ -136,7 +136,7 @@ def test_a_manifest_with_sweeps_and_levels_gives_a_plan_that_measures_what_it_sa
     paths = {k: Path(f"{k}.gguf") for k in m.models}
     for s in m.strategies:
         cmd = server_command(m, s, paths, 8080)
-        slots = [cmd[i + 1] for i, a in enumerate(cmd) if flags.option(a) == "--parallel"]
-        assert slots in ([], [str(s.parallel)]) and (s.parallel == 1 or slots == [str(s.parallel)])
+        slots = [int(cmd[i + 1]) for i, a in enumerate(cmd) if flags.option(a) == "--parallel"]  # "01" is 1 slot
+        assert slots in ([], [s.parallel]) and (s.parallel == 1 or slots == [s.parallel])
         assert all(math.isfinite(float(v)) for _, v in s.sweep if v.lstrip("+-").replace(".", "", 1).isdigit())
     assert len(plan.items) <= MAX_MEASUREMENTS
