@@ -4,9 +4,11 @@ and one real demo run that the run and report tests read."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +28,9 @@ SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
-DOCKER_FIXTURES = {"docker_client", "engine", "demo_image", "demo_run", "private_dockerd", "sshd", "sshd_nosftp",
-                   "vulkan_image", "vulkan_run"}
-IMAGE_FIXTURES = {"demo_image", "demo_run", "vulkan_image", "vulkan_run"}
+DOCKER_FIXTURES = {"docker_client", "engine", "demo_image", "demo_run", "clone", "setup_run", "private_dockerd",
+                   "sshd", "sshd_nosftp", "vulkan_image", "vulkan_run"}
+IMAGE_FIXTURES = {"demo_image", "demo_run", "clone", "setup_run", "vulkan_image", "vulkan_run"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -157,13 +159,38 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 @pytest.fixture(scope="session")
-def demo_run(demo_image, models_dir, results_dir) -> Path:
-    """One real demo run: every strategy and task, 2 runs each, one fresh container per measurement."""
-    from harness.run import runner
+def clone(tmp_path_factory, demo_image):
+    """A fresh clone of HEAD and its venv, where the README's commands run (the session's image is built first, so
+    the clone's `invoke build` finds it)."""
+    from tests.readme_clone import Clone
 
-    runner.run(trusted(DEMO), results_dir=results_dir, models_dir=models_dir, run_id="demo-run", runs=2, seed=1234,
-                progress=False, log=lambda s: None)
-    return results_dir / "demo-run"
+    c = Clone(tmp_path_factory.mktemp("readme"))
+    yield c
+    (c.root / "timings.json").write_text(json.dumps(c.timings, indent=2))
+
+
+@pytest.fixture(scope="session")
+def setup_run(clone):
+    """The README set-up's first command, as written, run once in the clone: `pip install -e ".[test]" && invoke
+    build run report`, the whole demo at 2 runs (INVOKE_SPECBENCH_RUNS). test_readme checks what it printed; the
+    run and report tests read its run folder (one real demo run serves both)."""
+    from tests.readme_clone import SetupRun, kit_containers_left, readme_block, without_comment
+
+    command = without_comment(readme_block("Set-up")[0])
+    before = set(clone.new_runs())
+    started = time.time()
+    out = clone.run_ok(command, {"INVOKE_SPECBENCH_RUNS": "2"})
+    clone.installed = True
+    made = sorted(set(clone.new_runs()) - before)
+    assert len(made) == 1, made
+    return SetupRun(command, out, made[0], started, kit_containers_left(made[0].name, started))
+
+
+@pytest.fixture(scope="session")
+def demo_run(setup_run) -> Path:
+    """One real demo run: every strategy and task, 2 runs each, one fresh container per measurement (the README
+    set-up's own run)."""
+    return setup_run.run
 
 
 @pytest.fixture(scope="session")

@@ -4,12 +4,13 @@ run report`) and the Spark workflow up to the SSH boundary (against the tests' o
 The commands are read out of README.md, so the README and this test cannot drift apart. They run in a `git clone`
 of this repository's HEAD (commit first) in a temporary folder, inside a venv made with --system-site-packages
 there, so `pip install -e` installs the clone into that venv and never repoints this machine's `harness`.
-The demo's size is bounded the way a user would: `INVOKE_SPECBENCH_RUNS=1` (invoke.yaml's specbench.runs)."""
+Runs are bounded the way a user would: `INVOKE_SPECBENCH_RUNS` (invoke.yaml's specbench.runs), 1 for each block and
+2 for the set-up's demo; the clone and the set-up's run are the session's (tests/readme_clone.py, conftest's `clone`
+and `setup_run`: that run is also the one the run and report tests read)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -19,128 +20,42 @@ from pathlib import Path
 
 import pytest
 
-from harness import LABEL_PREFIX, ROOT
-from harness.hosts.engine import connect
+from harness import ROOT
 from harness.intake import manifest as mf
 from harness.run import plan as pl
-
-README = ROOT / "README.md"
-#: Wall-clock bound of one README command (the demo build is reused from the session's image).
-COMMAND_TIMEOUT_S = 1200
-
-
-def readme_block(heading: str) -> list[str]:
-    """The shell lines of the first ```sh block under a `## heading` of README.md (comments kept: bash drops
-    them)."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, f"README.md: no ```sh block under '## {heading}'"
-    return [ln for ln in block.group(1).splitlines() if ln.strip()]
-
-
-def _command(line: str) -> str:
-    """A README line without its trailing comment."""
-    return re.sub(r"\s+#.*$", "", line).strip()
-
-
-class Clone:
-    """A fresh clone of HEAD with its own venv; runs shell lines there and remembers what each took."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.path = root / "specbench-kit"
-        self.venv = root / "venv"
-        self.timings: list[tuple[str, float, int]] = []
-        self.started = time.time()
-        subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(self.path)], check=True)
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        cloned = subprocess.run(["git", "-C", str(self.path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        assert cloned == head
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(self.venv)], check=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-        env.update(PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(self.venv),
-                   INVOKE_SPECBENCH_RUNS="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONUNBUFFERED="1")
-        self.env = env
-        self.installed = False
-
-    def sh(self, line: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        started = time.monotonic()
-        res = subprocess.run(["bash", "-c", line], cwd=self.path, env={**self.env, **(extra_env or {})},
-                             capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-        self.timings.append((line, round(time.monotonic() - started, 1), res.returncode))
-        print(f"[{self.timings[-1][1]:7.1f} s] rc={res.returncode} {line}", file=sys.stderr)
-        return res
-
-    def run_ok(self, line: str, extra_env: dict[str, str] | None = None) -> str:
-        res = self.sh(line, extra_env)
-        assert res.returncode == 0, f"`{line}` exited {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-        assert "Traceback" not in res.stderr
-        return res.stdout
-
-    def new_runs(self) -> list[Path]:
-        folder = self.path / "results"
-        committed = set(subprocess.run(["git", "-C", str(self.path), "ls-tree", "--name-only", "HEAD", "results/"],
-                                       capture_output=True, text=True).stdout.split())
-        return sorted(p for p in folder.iterdir()
-                      if (p / "run.json").is_file() and f"results/{p.name}" not in committed)
-
-
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory, demo_image):
-    """A fresh clone and venv (the session's image is built first, so the clone's `invoke build` finds it)."""
-    c = Clone(tmp_path_factory.mktemp("readme"))
-    yield c
-    (c.root / "timings.json").write_text(json.dumps(c.timings, indent=2))
+from tests.readme_clone import README, kit_containers_left, readme_block, without_comment
 
 
 def _no_kit_containers_left(run_id: str, since: float) -> None:
-    """No container of the run, and none of the kit's short-lived helpers (version check, probe) started since
-    `since`, is left; a helper another process on this engine is using is given a moment to go."""
-    client = connect()
-    assert client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.run={run_id}"}) == []
-    deadline = time.monotonic() + 15
-    since_iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since))
-    while True:
-        left = [c for role in ("version", "probe")
-                for c in client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.role={role}"})
-                if c.attrs.get("Created", "") >= since_iso]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert left == [], [c.labels for c in left]
+    left = kit_containers_left(run_id, since)
+    assert left == [], left
 
 
 @pytest.mark.image
-def test_setup_block_as_written(clone, demo_image):
+def test_setup_block_as_written(setup_run, clone, demo_image):
+    """The set-up's first command ran once in the clone (conftest's `setup_run`; its run is the one the run and
+    report tests read): it reused the session's image, measured every planned cell and wrote RESULTS.md."""
     lines = readme_block("Set-up")
     assert len(lines) == 2, lines
-    setup, tests = (_command(ln) for ln in lines)
-    assert setup == 'pip install -e ".[test]" && invoke build run report'
+    setup, tests = (without_comment(ln) for ln in lines)
+    assert setup == 'pip install -e ".[test]" && invoke build run report' == setup_run.command
     # the README's test command is the one CI runs (this file runs under it)
     assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
-    before = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], cwd="/",
-                            capture_output=True, text=True).stdout
-    started = time.time()
-    out = clone.run_ok(setup)
-    clone.installed = True
+    out = setup_run.out
     assert f"local: image {demo_image['tag']} " in out and "reused" in out  # found by what it is
-    runs = clone.new_runs()
-    assert len(runs) == 1, runs
-    run_id = runs[0].name
-    planned = _planned(ROOT / "manifests" / "demo-cpu.yaml", runs=1)  # INVOKE_SPECBENCH_RUNS=1
+    run_id = setup_run.run.name
+    planned = _planned(ROOT / "manifests" / "demo-cpu.yaml", runs=2)  # INVOKE_SPECBENCH_RUNS=2
     assert f"run {run_id}: {planned} ok, 0 failed" in out
     results = (clone.path / "RESULTS.md").read_text()
     assert f"## Run {run_id}" in results
-    assert (runs[0] / "summary.json").is_file() and (runs[0] / "plot.png").is_file()
+    assert (setup_run.run / "summary.json").is_file() and (setup_run.run / "plot.png").is_file()
     link = re.search(r"!\[[^\]]*\]\(([^)]+)\)", results).group(1)  # relative to RESULTS.md itself
-    assert (clone.path / link).resolve() == (runs[0] / "plot.png").resolve()
-    _no_kit_containers_left(run_id, started)
+    assert (clone.path / link).resolve() == (setup_run.run / "plot.png").resolve()
+    assert setup_run.left == [], setup_run.left  # looked at as soon as the command returned
     # the clone went into the venv; this machine's `harness` is where it was
-    assert subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], cwd="/",
-                          capture_output=True, text=True).stdout == before
+    here = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], cwd="/",
+                          capture_output=True, text=True).stdout.strip()
+    assert here == str(ROOT / "harness" / "__init__.py"), here
     located = clone.sh("cd / && python -c 'import harness; print(harness.__file__)'")
     assert located.stdout.strip().startswith(str(clone.path)), located.stdout
 
@@ -157,7 +72,7 @@ def test_spark_block_up_to_the_ssh_boundary(clone, sshd, demo_image):
     before = set(clone.new_runs())
     ran = []
     for line in lines[1:]:
-        cmd = _command(line)
+        cmd = without_comment(line)
         if "me@spark" in cmd:
             cmd = cmd.replace("me@spark", host)
             if cmd.startswith("invoke run "):
@@ -188,7 +103,7 @@ def test_real_text_block_as_written(clone, demo_image):
     lines = _section(clone, "Real text on any CPU", "R")
     manifest = lines[0].split("=", 1)[1]
     before = set(clone.new_runs())
-    out = "".join(clone.run_ok(_command(ln), {"R": manifest}) for ln in lines[1:])
+    out = "".join(clone.run_ok(without_comment(ln), {"R": manifest}) for ln in lines[1:])
     new = sorted(set(clone.new_runs()) - before, key=lambda p: (p / "run.json").stat().st_mtime)
     assert len(new) == 2, new
     fresh, naive = ([json.loads(x) for x in (d / "measurements.jsonl").read_text().splitlines()] for d in new)
@@ -212,7 +127,7 @@ def _section(clone, title: str, var: str) -> list[str]:
     """A README section's command lines, with the kit installed in the clone first (as the set-up's first half
     does): its first line names the manifest as `VAR=manifests/...`, its last is `invoke report`."""
     if not clone.installed:
-        clone.run_ok(_command(readme_block("Set-up")[0]).split(" && ")[0])
+        clone.run_ok(without_comment(readme_block("Set-up")[0]).split(" && ")[0])
         clone.installed = True
     lines = readme_block(title)
     assert lines[0].startswith(f"{var}=manifests/") and lines[-1].strip() == "invoke report"
@@ -236,7 +151,7 @@ def test_vulkan_block_as_written(clone, vulkan_image):
     manifest = lines[0].split("=", 1)[1]
     before = set(clone.new_runs())
     started = time.time()
-    build, doctor, probe, run, _ = (clone.run_ok(_command(ln), {"V": manifest}) for ln in lines[1:])
+    build, doctor, probe, run, _ = (clone.run_ok(without_comment(ln), {"V": manifest}) for ln in lines[1:])
     assert f"local: image {vulkan_image['tag']} " in build and "reused" in build  # found by what it is
     assert "SOFTWARE device (Mesa lavapipe" in doctor and "FAIL" not in doctor
     assert "ok   llama.cpp device: Vulkan 0 (GGML_VK_VISIBLE_DEVICES=0" in doctor
