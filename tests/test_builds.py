@@ -355,14 +355,14 @@ def test_the_readme_block_as_written():
     manifest with their pinned sources, and `build --plan` gives each build's plan under its name."""
     import os
 
-    from tests.test_readme import _command, readme_block
+    from tests.readme_clone import readme_block, without_comment
 
     lines = readme_block("Several llama.cpp builds in one run")
     var, manifest = lines[0].split("=", 1)
     assert var == "B" and (ROOT / manifest) == BUILDS_MANIFEST
     outs = []
     for line in lines[1:]:
-        res = subprocess.run(["bash", "-c", _command(line)], cwd=ROOT, env={**os.environ, "B": manifest},
+        res = subprocess.run(["bash", "-c", without_comment(line)], cwd=ROOT, env={**os.environ, "B": manifest},
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         outs.append(res.stdout)
