@@ -387,7 +387,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 @kit_errors
 def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
-    from harness.analysis import report
+    from harness.report import results as report
 
     dirs = [Path(d) for d in _split(run_dir)] if run_dir else [report.latest_run(Path(_cfg(c, "results", "results")))]
     written = report.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
@@ -402,8 +402,8 @@ def report(c, run_dir=None, out=None, no_plot=False):
 def sensitivity(c, run_dir=None):
     """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
-    from harness.analysis import report
     from harness.analysis.summary import summarize
+    from harness.report import results as report
     from harness.store.rundir import RunDir
 
     d = Path(run_dir) if run_dir else report.latest_run(Path(_cfg(c, "results", "results")))
@@ -462,7 +462,7 @@ def bundle(c, run_dir, out=None, manifest_dir=None):
 def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False, trust_source=False, margin="5%",
               until=False, max_rounds=None, cell_margin=None):
     """Fetch and verify the models, build the pinned image, run the matrix, and compare with the original."""
-    from harness.analysis import compare as cmp
+    from harness.report import compare as compare_words
     from harness.share.reproduce import reproduce as reproduce_here
 
     m, max_rounds = _margin(margin), _int("--max-rounds", max_rounds, minimum=1)
@@ -470,7 +470,7 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
                          progress=not no_progress, trust_source=trust_source, margin=m,
                          until=until, max_rounds=max_rounds, cell_margin=_cell_margin(cell_margin, m))
     if res.get("comparison"):
-        print(console_lines(cmp.text(res["comparison"])))
+        print(console_lines(compare_words.text(res["comparison"])))
     print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
 
 
@@ -487,7 +487,8 @@ def compare(c, a, b, out=None, margin="5%", cell_margin=None):
     import tempfile
 
     from harness.analysis import compare as cmp
-    from harness.analysis import report
+    from harness.report import compare as compare_words
+    from harness.report import results as report
     from harness.share import bundle as bu
 
     with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
@@ -497,7 +498,7 @@ def compare(c, a, b, out=None, margin="5%", cell_margin=None):
             dirs.append(bu.open_bundle(p, Path(tmp) / str(i))[1] if p.is_file() else p)
         m = _margin(margin)
         res = cmp.compare(dirs[0], dirs[1], m, _cell_margin(cell_margin, m))
-        print(console_lines(cmp.text(res)))
+        print(console_lines(compare_words.text(res)))
         if out:
             report.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")

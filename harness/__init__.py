@@ -5,7 +5,8 @@ module imports inside a function to dodge a loop):
 
     share      bundles and reproduction
     run        plan, protocol, server, client, executor, the `invoke run` use case
-    analysis   statistics, checks, summary, compare, report            (pure functions of run folders)
+    report     RESULTS.md, its sections and plots, a comparison in words (words and pictures of verdicts)
+    analysis   statistics, checks, summary, compare                    (pure functions of run folders)
     image      source, bases, build plan, build, finding images
     models     model files, GGUF headers, pre-flight, bytes per pass
     store      run folders, run.json, safe archives

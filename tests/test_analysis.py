@@ -12,9 +12,10 @@ import pytest
 
 from harness import ROOT, KitError, schema
 from harness.analysis import compare as cmp
-from harness.analysis import report as rp
 from harness.analysis.reproduction import Call, Match
 from harness.analysis.summary import summarize
+from harness.report import compare as compare_words
+from harness.report import results as rp
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
@@ -154,7 +155,7 @@ def test_compare_of_a_run_with_itself_has_identical_fingerprints_and_no_differen
     assert "differs" not in res.counts() and res.call in (Call.REPRODUCES, Call.INCONCLUSIVE)
     # Three rounds a side are too few for ±5%: the verdict says what they could confirm instead.
     assert res.call is Call.INCONCLUSIVE and "these rounds could confirm" in res.verdict
-    text = cmp.text(res)
+    text = compare_words.text(res)
     assert "never judged" in text and "judged as one family" in text and "geomean" in text
     assert "within ±10% (the cell margin)" in text and "one estimator" in text
     # compare.json: the same judgement as plain data

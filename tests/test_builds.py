@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from harness import LABEL_PREFIX, ROOT, KitError
-from harness.analysis import report
 from harness.analysis.compare import facts
 from harness.analysis.summary import summarize
 from harness.hosts.engine import Image
@@ -22,6 +21,7 @@ from harness.image import builds as image_builds
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.intake.builds import across
+from harness.report import results as report
 from harness.run import plan as pl
 from harness.run import runner
 from harness.store.rundir import RunDir

@@ -12,8 +12,8 @@ import pytest
 from harness import KitError, schema
 from harness.analysis import gaps
 from harness.analysis.records import CellIndex, Measurement
-from harness.analysis.report import completion_text, render_run
 from harness.analysis.summary import summarize
+from harness.report.results import completion_text, render_run
 from harness.run import interference
 from harness.store.rundir import RunDir
 from tests.fake_engine import CELLS, TASKS, FakeEngine, disturb, fake, records, run_demo

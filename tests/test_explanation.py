@@ -16,10 +16,10 @@ from harness import formatter as fm
 from harness.analysis import acceptance as acc
 from harness.analysis import decomposition as dc
 from harness.analysis import explanation, stats
-from harness.analysis import explanation_report as why
-from harness.analysis import report as rp
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.analysis.summary import summarize
+from harness.report import explanation as why
+from harness.report import results as rp
 from harness.run import serverlog
 from harness.store.rundir import RunDir
 

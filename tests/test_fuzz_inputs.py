@@ -17,6 +17,7 @@ from harness.analysis import compare as cmp
 from harness.analysis.summary import summarize
 from harness.models import gguf_facts
 from harness.models.derive import derive_layer_skip
+from harness.report import compare as compare_words
 from harness.store.rundir import RunDir
 from tests.crafted import DEMO_RUN, layered_gguf, raw_gguf
 
@@ -112,7 +113,7 @@ def test_a_forged_run_folder_is_analysed_or_one_line(tmp_path_factory, forged):
     try:
         summary = summarize(RunDir.open(run))
         assert summary["measurements"]["ok"] <= len(_RECORDS)
-        text = cmp.text(cmp.compare(base, run))
+        text = compare_words.text(cmp.compare(base, run))
     except KitError as e:
         _one_line_error(e)
         return

@@ -18,8 +18,9 @@ ALLOWED = {
     "store": {"intake"},
     "image": {"intake", "models", "store", "hosts"},
     "analysis": {"intake", "models", "store"},
+    "report": {"intake", "models", "store", "analysis"},
     "run": {"intake", "models", "store", "hosts", "image", "analysis"},
-    "share": {"intake", "models", "store", "hosts", "image", "analysis", "run"},
+    "share": {"intake", "models", "store", "hosts", "image", "analysis", "report", "run"},
 }
 FOUNDATION = {"files", "schema", "formatter"}
 

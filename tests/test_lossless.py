@@ -20,11 +20,12 @@ from scipy import stats as sps
 
 from harness import ROOT, KitError
 from harness.analysis import lossless as ls
-from harness.analysis import report as rp
-from harness.analysis.compare import compare, text
+from harness.analysis.compare import compare
 from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
 from harness.intake.bounded_yaml import ManifestError
+from harness.report import results as rp
+from harness.report.compare import text
 from harness.run import plan as pl
 from harness.run import runner, study
 from harness.share import bundle as bu

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from harness import ROOT
-from harness.analysis import report as rp
 from harness.analysis.summary import summarize
+from harness.report import results as rp
 from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, single_stream, trusted, write_manifest

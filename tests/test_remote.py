@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from harness import ROOT, KitError
-from harness.analysis import report as rp
 from harness.hosts.engine import LocalEngine
 from harness.hosts.remote import RemoteEngine, engines_for
 from harness.image import build as bd
+from harness.report import results as rp
 from harness.run import doctor as dr
 from harness.run import runner
 from harness.store.rundir import RunDir

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from harness import KitError, schema
-from harness.analysis import report as rp
 from harness.analysis.summary import summarize
+from harness.report import results as rp
 from harness.store.rundir import RunDir
 
 

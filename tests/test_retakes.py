@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from harness import ROOT, KitError, schema
-from harness.analysis.report import render_run
 from harness.analysis.summary import summarize
+from harness.report.results import render_run
 from harness.run import plan as pl
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, trusted, write_manifest

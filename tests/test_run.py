@@ -151,7 +151,7 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     assert fresh_check["data"]["kind"] in ("none", "drift", "unstable"), fresh_check
     assert fresh_check["data"]["fingerprint"]["identical"], fresh_check
     # request by request: the naive server's second ngram-mod request drafted beyond what any fresh one did
-    from harness.analysis import explanation_report as why
+    from harness.report import explanation as why
 
     naive_summary, fresh_summary = (summarize(RunDir.open(tmp_path / "r" / x)) for x in ("naive", "fresh"))
     rows = [r for r in naive_summary["requests"]["servers"] if r["strategy"] == "ngram-mod"]
@@ -261,7 +261,7 @@ def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, 
         assert c["streams"] == 3 and len(c["per_stream_tok_s"]) == 3 and c["tokens"] == 3 * 128
         assert c["aggregate_tok_s"] > 0 and all(x > 0 for x in c["per_stream_tok_s"])
     assert "concurrency" not in recs["baseline"] and "probs" in recs["baseline"]
-    from harness.analysis import report as rp
+    from harness.report import results as rp
 
     rp.write([tmp_path / "r" / "par"], tmp_path / "R.md", plot=False)
     assert "### Concurrency" in (tmp_path / "R.md").read_text()

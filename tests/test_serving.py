@@ -9,7 +9,7 @@ import yaml
 from harness import ROOT
 from harness.analysis import tuning
 from harness.analysis.records import CellIndex
-from harness.analysis.tuning_report import crossover_verdict, serving_text
+from harness.report.tuning import crossover_verdict, serving_text
 from harness.run import plan as pl
 from harness.run import runner
 from harness.store.rundir import RunDir

@@ -363,8 +363,8 @@ def test_the_committed_sweep_keeps_selection_and_confirmation_apart_with_one_int
     in the confirmation no winner is named."""
     import shutil
 
-    from harness.analysis import report
     from harness.analysis.summary import summarize
+    from harness.report import results as report
 
     run = tmp_path / "real-gemma3-270m-sweep"
     shutil.copytree(ROOT / "results" / "real-gemma3-270m-sweep", run)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness import schema
-from harness.analysis import report as rp
+from harness.report import results as rp
 from harness.run.runner import run
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, first_takes, trusted, write_manifest

@@ -28,7 +28,6 @@ import yaml
 from fabric import Connection
 
 from harness import ROOT, KitError
-from harness.analysis import report as rp
 from harness.files import recorded_path
 from harness.hosts import remote
 from harness.image import build as bd
@@ -37,6 +36,7 @@ from harness.image import source as sources
 from harness.intake import flags, trust, urls
 from harness.intake import manifest as mf
 from harness.models import ensure as md
+from harness.report import results as rp
 from harness.run import runner
 from harness.share import bundle as bu
 from harness.share import reproduce

@@ -17,9 +17,10 @@ import yaml
 from harness import ROOT, KitError
 from harness import formatter as fm
 from harness.analysis import compare as cmp
-from harness.analysis import report as rp
 from harness.intake import manifest as mf
 from harness.models import generate
+from harness.report import compare as compare_words
+from harness.report import results as rp
 from harness.run import doctor as dr
 from harness.run import plan as plans
 from harness.run import runner
@@ -71,7 +72,7 @@ def test_console_and_markdown_show_every_escape():
 def test_compare_shows_escapes_from_a_run_folder_and_fakes_no_verdict(sandbox):
     a = _forged_run(sandbox.work, name="a")
     b = _forged_run(sandbox.work, lambda m, r: _env(m).update(cpu_model=ESCAPES), name="b")
-    text = cmp.text(cmp.compare(a, b))
+    text = compare_words.text(cmp.compare(a, b))
     assert not any(ord(c) < 32 and c != "\n" for c in text) and "\x9b" not in text and "\u202e" not in text
     assert "\\x1b]0;pwned\\x07\\x1b[2K\\rverdict: reproduces" in text
     verdicts = [ln for ln in text.splitlines() if ln.startswith("verdict")]

@@ -16,8 +16,9 @@ import pytest
 
 from harness import ROOT, KitError
 from harness.analysis import compare as cmp
-from harness.analysis import report as rp
 from harness.analysis.summary import summarize
+from harness.report import compare as compare_words
+from harness.report import results as rp
 from harness.store.rundir import RunDir
 from tests.crafted import DEMO_RUN, one_line
 
@@ -189,7 +190,7 @@ def test_compare_names_a_cut_off_last_line_as_report_does(sandbox):
     res = cmp.compare(a, b)
     assert res.torn_last_line == ("B",) and res.as_dict()["torn_last_line"] == ["B"]
     assert "B: the last line of measurements.jsonl was cut short (a crash mid-write): that measurement is not " \
-           "counted" in cmp.text(res)
+           "counted" in compare_words.text(res)
     rp.write([b], sandbox.work / "RESULTS.md", plot=False)
     assert "the last line of measurements.jsonl was cut short" in (sandbox.work / "RESULTS.md").read_text()
 

@@ -8,12 +8,12 @@ import pytest
 import yaml
 
 from harness import KitError, schema
-from harness.analysis import report as rp
 from harness.analysis import summary as sm
 from harness.hosts import devices
 from harness.image import backends
 from harness.image import vulkan_image as vk_image
 from harness.intake import manifest as mf
+from harness.report import results as rp
 from harness.run import doctor, runner
 from harness.store.rundir import RunDir
 from tests.conftest import VULKAN, VULKAN_STRATEGIES, VULKAN_TASKS, write_manifest

@@ -1,5 +1,5 @@
 """What it would take to complete a run: the cells without a verdict that measuring again could give one, and the
-one command that does it. The report ends each run's section with it (harness/analysis/report.py) and `invoke run`
+one command that does it. The report ends each run's section with it (harness/report/results.py) and `invoke run`
 ends with it (harness/run/runner.py).
 
 A cell (a strategy against its baseline on one task) needs MIN_ROUNDS paired rounds for a verdict. It lacks one

@@ -23,8 +23,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness import ROOT, KitError
-from harness.analysis import report
 from harness.files import file_sha256, now_iso, sha256_bytes
+from harness.report import results as report
 from harness.schema import FORMAT_VERSIONS
 from harness.store import archive
 from harness.store.rundir import MEASUREMENTS_FILE, RUN_FILE, SAMPLES_FILE, RunDir

@@ -12,7 +12,6 @@ from typing import Any
 
 from harness import KitError
 from harness.analysis import compare as cmp
-from harness.analysis import report
 from harness.analysis import reproduction as rp
 from harness.analysis.records import CellKey
 from harness.files import now_iso
@@ -22,6 +21,7 @@ from harness.image import builds
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.models import ensure as models
+from harness.report import results as report
 from harness.run import runner
 from harness.share.bundle import open_bundle
 from harness.store.rundir import RunDir

@@ -12,8 +12,8 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.analysis import plotting
 from harness.files import atomic_write_bytes
+from harness.report import plotting
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:
