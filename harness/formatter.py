@@ -14,6 +14,26 @@ def num(x: float | None, nd: int = 2) -> str:
     return DASH if x is None else f"{x:,.{nd}f}"
 
 
+def fixed(x: float, nd: int) -> str:
+    """0.1234, 3 -> '0.123' (no thousands separator: margins, shares, p-values' neighbours)."""
+    return f"{x:.{nd}f}"
+
+
+def signed(x: float, nd: int) -> str:
+    """A statistic whose sign is the point: 0.123, 2 -> '+0.12'."""
+    return f"{x:+.{nd}f}"
+
+
+def count(n: int) -> str:
+    """12345 -> '12,345'."""
+    return f"{n:,}"
+
+
+def plain(x: float) -> str:
+    """A setting as written, shortest form: 0.8 -> '0.8', 50.0 -> '50'."""
+    return f"{x:g}"
+
+
 def rate(tok_s: float | None) -> str:
     """Tokens per second with a precision that suits its size."""
     if tok_s is None:

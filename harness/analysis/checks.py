@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness import formatter as fm
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -44,17 +46,17 @@ def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes:
     per_pass = 1.0 if baseline or not tpp else tpp
     implied = tok_s / per_pass
     fraction = implied / ceiling
-    rule = rule or f"{weight_bytes / 1e6:,.2f} MB of weights per target pass"
+    rule = rule or f"{fm.num(weight_bytes / 1e6, 2)} MB of weights per target pass"
     data = {"tok_s": tok_s, "tokens_per_pass": per_pass, "implied_passes_s": round(implied, 3),
             "ceiling_passes_s": round(ceiling, 3), "fraction": round(fraction, 4), "bandwidth_gbs": bandwidth_gbs,
             "bandwidth_source": bandwidth_source, "weight_bytes": weight_bytes, "bytes_per_pass": round(total),
             "pass_bytes": pass_bytes, "rule": rule}
     if implied > ceiling:
-        return Verdict("physics", True, f"physically impossible: implies {implied:,.1f} passes/s, ceiling "
-                       f"{ceiling:,.1f} ({bandwidth_gbs:g} GB/s {bandwidth_source} / {rule})", data)
+        return Verdict("physics", True, f"physically impossible: implies {fm.num(implied, 1)} passes/s, ceiling "
+                       f"{fm.num(ceiling, 1)} ({fm.plain(bandwidth_gbs)} GB/s {bandwidth_source} / {rule})", data)
     what = "of the roofline" if baseline else "of the roofline in target passes"
-    return Verdict("physics", False, f"{fraction:.0%} {what} ({implied:,.1f} of {ceiling:,.1f} passes/s; {rule})",
-                   data)
+    return Verdict("physics", False,
+                   f"{fm.pct(fraction)} {what} ({fm.num(implied, 1)} of {fm.num(ceiling, 1)} passes/s; {rule})", data)
 
 
 def margin_rank(margins: list[float | None], index: int) -> int | None:
@@ -96,8 +98,8 @@ def determinism(baseline: dict[str, Any], other: dict[str, Any], probs: dict[str
     if idx < len(margins) and margins[idx] is not None and ids_match:
         rank = margin_rank(margins, idx)
         data.update(margin=margins[idx], margin_rank=rank, positions=len(margins))
-        return Verdict("determinism", True, f"diverges at token {idx}: baseline top-2 margin {margins[idx]:.3f}, "
-                       f"the {_ordinal(rank)} narrowest of {len(margins)}", data)
+        return Verdict("determinism", True, f"diverges at token {idx}: baseline top-2 margin "
+                       f"{fm.fixed(margins[idx], 3)}, the {_ordinal(rank)} narrowest of {len(margins)}", data)
     return Verdict("determinism", True, f"diverges at token {idx} (no baseline margin recorded there)", data)
 
 

@@ -365,7 +365,7 @@ def _speculation(cells: list[dict[str, Any]], index: CellIndex, meta: RunMeta) -
                 continue
             drafted = sum(m.drafted for m in ok)
             impls = sorted({i for m in ok for i in (m.raw.get("server_log") or {}).get("implementations", [])})
-            sentence = (f"speculation ran: drafted {drafted:,} tokens over {len(ok)} runs" if drafted else
+            sentence = (f"speculation ran: drafted {fm.count(drafted)} tokens over {len(ok)} runs" if drafted else
                         f"speculation did not run: draft_n absent in all {len(ok)} runs of every task "
                         f"(--spec-type {s.spec_type}; the server added "
                         + (", ".join(impls) if impls else "no speculative implementation") + ")")

@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from harness import formatter as fm
 from harness.analysis import serving, sweep
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey
@@ -200,7 +201,7 @@ def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
 SWEEP_RULE = ("per combination its speedup as the speedup table gives it (same estimate and 95% interval), from the "
               "selection rounds alone; each combination is compared with the best round by round (two-sided t-test "
               "on the log ratio of the two), p-values Holm-adjusted over the sweep (family-wise error "
-              f"{sweep.ALPHA:.0%}): a combination is worse than the best when its adjusted p lies below that, else "
+              f"{fm.pct(sweep.ALPHA)}): a combination is worse than the best when its adjusted p lies below that, else "
               "not distinguishable from it. The best two are then measured again in fresh confirmation rounds, "
               "whose figures come from a table of those rounds alone: the best of many noisy combinations is biased "
               "upward, the confirmation is not. A winner is named only when the best two are distinguishable: in "

@@ -69,7 +69,7 @@ def contamination(c: ct.Contamination) -> str:
     elif c.kind is ct.Kind.DRIFT:
         way = "rose" if tr.change > 0 else "fell"
         text = (f"throughput {way} {fm.pct(abs(tr.change))} over {tr.n} runs after removing the round effect "
-                f"(Kendall tau {tr.tau:+.2f}, Holm-adjusted p = {fm.pvalue(c.trend_p)} over {c.family} tests; "
+                f"(Kendall tau {fm.signed(tr.tau, 2)}, Holm-adjusted p = {fm.pvalue(c.trend_p)} over {c.family} tests; "
                 f"noise {fm.pct(tr.noise)}) with identical draft counts and outputs: this cell drifted, not a "
                 "carried-over cache")
     elif c.why == "noisy":
@@ -118,7 +118,7 @@ def warning(w: st.StabilityWarning) -> str:
         text = f"tok/s varies {fm.pct(e['cv'])} (coefficient of variation) across {e['runs']} runs{machine}"
     else:
         way = "slower" if e["deviation"] < 0 else "faster"
-        zs = "" if e["z"] is None else f", z={e['z']:+.1f}"
+        zs = "" if e["z"] is None else f", z={fm.signed(e['z'], 1)}"
         if w.kind is st.WarningKind.FIRST_RUN:
             text = (f"the first run was {fm.pct(abs(e['deviation']))} {way} than the rest ({fm.rate(e['tok_s'])} "
                     f"tok/s{zs}): caches? start-up?")
@@ -238,7 +238,8 @@ def contamination_rule() -> str:
     return ("identical requests at temperature 0 in fresh containers must give identical draft counts and outputs: "
             "a change with acceptance rising after the first run is warm-cache, any other change unstable; a "
             "throughput trend after removing each round's common factor is drift (Kendall, Holm over every cell, "
-            f"change > {fm.pct(ct.TREND_MIN_CHANGE)} and > {ct.TREND_NOISE_FACTOR:g}x the cell's noise), a cell "
+            f"change > {fm.pct(ct.TREND_MIN_CHANGE)} and > {fm.plain(ct.TREND_NOISE_FACTOR)}x the cell's noise), "
+            "a cell "
             "whose largest deviation is improbable under the run's own noise is unstable (Student t fitted to every "
             "cell's deviations, so heavy tails of one scale raise no flag; same family); "
             "the reuse-server protocol is always flagged naive")
@@ -255,7 +256,8 @@ def interference_rule(disturbed_cores: float, busy_share: float, retake_cap: int
                    "round, those that restore the most pairs first (a disturbed baseline first: it pairs with every "
                    f"strategy on its task), at most {retake_cap} in this run (both records kept, the retake marked), "
                    "and the disturbed ones are")
-    return (f"a measurement is disturbed when other work on the host used more than {disturbed_cores:g} of a core on "
+    return (f"a measurement is disturbed when other work on the host used more than {fm.plain(disturbed_cores)} of a "
+            "core on "
             f"average during its timed request (or the CPU throttled, or another process used the GPU); {retaken} "
             f"left out of every figure, unless more than {fm.pct(busy_share)} of a host's were disturbed: then they "
             "are kept and the host is named as busy")
@@ -276,7 +278,7 @@ def power(pw: sp.Power) -> str:
                    (f"; at the median noise {', '.join(needs)}" if needs else "") + ".")
 
 def _n(k: int, one: str, many: str | None = None) -> str:
-    return f"{k:,} {one if k == 1 else many or one + 's'}"
+    return f"{fm.count(k)} {one if k == 1 else many or one + 's'}"
 
 
 def _found(flagged: int, where: str) -> str:

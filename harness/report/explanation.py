@@ -102,7 +102,7 @@ def positions_table(summary: dict[str, Any]) -> str:
         shares = p["shares"]
         last = f"{fm.pct(shares[-1])} (k={len(shares)})" if len(shares) > width else "-"
         mean_len = 1 + sum(shares)  # 1 + accepted tokens per call
-        rows.append([_who(p, several), fm.md(", ".join(p["sources"])), f"{p['calls']:,}", fm.num(mean_len)]
+        rows.append([_who(p, several), fm.md(", ".join(p["sources"])), fm.count(p['calls']), fm.num(mean_len)]
                     + [fm.pct(shares[k]) if k < len(shares) else "-" for k in range(width)] + [last])
     return _table(rows, ["strategy", "from", "draft calls", "mean accepted length"]
                   + [f"k={k + 1}" for k in range(width)] + ["last"])
@@ -117,7 +117,7 @@ def positions_fallback(summary: dict[str, Any]) -> list[str]:
     rows = [[_who(p, several), p["requests_without"], fm.num(p["mean_len"]["median"]),
              f"{fm.num(p['mean_len']['min'])}-{fm.num(p['mean_len']['max'])}"]
             for p in part.get("strategies", []) if p["requests_without"]]
-    return [f"{part['requests_without']:,} speculative request(s) of this run carry no per-position figures: "
+    return [f"{fm.count(part['requests_without'])} speculative request(s) of this run carry no per-position figures: "
             f"{fm.md(part['note'], 600)}. Shown for them: the server's mean accepted length per draft call "
             "(1 + accepted / calls), per request.", "",
             _table(rows, ["strategy", "requests", "mean accepted length (median)", "range"]), ""]
@@ -177,7 +177,7 @@ def _fresh_index(peer: dict[str, Any] | None) -> dict[tuple[str, str, str], dict
 
 
 def _count(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
+    return fm.num(x, 0)
 
 
 def requests_table(summary: dict[str, Any], peer: dict[str, Any] | None) -> tuple[str, str]:

@@ -15,12 +15,12 @@ SHORT = {"first token": "first", "first tokens": "first {m}", "every position": 
 
 def _setting(settings: dict[str, Any]) -> str:
     top_k = f", top-k {settings['top_k']}" if settings.get("top_k") else ""
-    return f"temperature {settings['temperature']:g}{top_k}"
+    return f"temperature {fm.plain(settings['temperature'])}{top_k}"
 
 
 def _control(settings: dict[str, Any]) -> str:
     kind, value = next(iter(settings["control"].items()))
-    return f"the baseline at {kind.replace('_', '-')} {value:g}"
+    return f"the baseline at {kind.replace('_', '-')} {fm.plain(value)}"
 
 
 def label(row: dict[str, Any], settings: dict[str, Any], several_hosts: bool) -> str:
@@ -131,14 +131,14 @@ def section(study: dict[str, Any] | None, several_hosts: bool = False) -> list[s
              f"{st['samples']} samples of {st['tokens']} tokens per strategy and prompt, each one request with its "
              f"own seed; the baseline drawn with the same seeds (stage 1: seeded equality), with other seeds (the "
              f"reference of stage 2's two-sample tests) and as the positive control ({_control(st)}). "
-             f"{study['samples']:,} samples, {study['tokens']:,} tokens in {b['ok']} batches"
+             f"{fm.count(study['samples'])} samples, {fm.count(study['tokens'])} tokens in {b['ok']} batches"
              + (f" ({b['failed']} failed, left out)" if b["failed"] else "") + f" of up to {st['batch']} samples, "
              "each on a fresh server: the samples of a batch share it, so an n-gram table or a drafter's state carries "
              "over between them (exact-match verification makes that move draft counts, never tokens: stage 1 would "
              "show it).", "", power(study), "",
              f"The {study['family']['tests']} distinct tests of this table are judged as one family (Holm's procedure "
              "at 5%; a strategy whose every sample is the baseline's runs the A/A row's tests on the same data, "
-             f"counted once; permutation p-values with {study['family']['permutations']:,} relabellings).", "",
+             f"counted once; permutation p-values with {fm.count(study['family']['permutations'])} relabellings).", "",
              table(study, several_hosts), ""]
     div = divergences(study, several_hosts)
     if div:

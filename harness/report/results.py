@@ -128,7 +128,8 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
                              + (f", restoring {m['retake_pairs']} pair{'s' if m['retake_pairs'] != 1 else ''}"
                                 if m.get("retake_pairs") is not None else "")
                              if m.get("retakes") else "") + ")"),
-        ("hardware", f"{fm.md(hw['name'])}, {hw['memory_bandwidth_gbs']:g} GB/s ({fm.md(hw['bandwidth_source'])})"),
+        ("hardware",
+         f"{fm.md(hw['name'])}, {fm.plain(hw['memory_bandwidth_gbs'])} GB/s ({fm.md(hw['bandwidth_source'])})"),
         ("hosts", fm.md("; ".join(hosts), 1000)),
         ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),
         ("llama.cpp", fm.md(f"build {src.get('build_number')}, commit {src.get('commit')}, {source}")),
@@ -167,7 +168,7 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
 def _quiet_wait(qw: dict[str, Any]) -> str:
     """The header's line on --quiet-wait: the bound, and what the waits came to."""
     out = (f"up to {fm.num(qw['bound_s'], 1)} s before each timed request, until other work on the host used less "
-           f"than {stats.DISTURBED_CORES:g} of a core (the server ready and idle)")
+           f"than {fm.plain(stats.DISTURBED_CORES)} of a core (the server ready and idle)")
     if qw["measurements"]:
         out += (f": {qw['measurements']} measurements waited a median {fm.num(qw['waited_median_s'], 1)} s (at most "
                 f"{fm.num(qw['waited_max_s'], 1)} s); {qw['bound_reached']} reached the bound with the host still busy")
@@ -192,7 +193,7 @@ def _throughput(v: View) -> tuple[str, list[str]]:
                 row.append("✗ failed" if c and c["runs_failed"] else "missing")
                 continue
             d = c["decode_tok_s"]
-            txt = f"{d['median']:,.2f} ±{d['spread_pct']:.0f}%"
+            txt = f"{fm.num(d['median'], 2)} ±{fm.fixed(d['spread_pct'], 0)}%"
             flags = _flags(c)
             if flags:
                 txt += " " + " ".join(flags)
@@ -314,7 +315,7 @@ def _acceptance(v: View) -> str:
                 row.append("nothing drafted")
             else:
                 mean_len = (c.get("server_mean_len") or {}).get("median")
-                row.append(f"{fm.pct(c['acceptance'])} of {c['draft_n']:,}, "
+                row.append(f"{fm.pct(c['acceptance'])} of {fm.count(c['draft_n'])}, "
                            f"{fm.num(c['tokens_per_pass']['median'])} tok/pass"
                            + (f", mean len {fm.num(mean_len)}" if mean_len is not None else ""))
         rows.append(row)
@@ -364,11 +365,11 @@ def _devices(v: View, meta: RunMeta) -> str:
     for h in hosts:
         if bw.get("gbs") and bw.get("host") in (None, h):
             on = f" on {fm.md(bw['device'])}" if bw.get("device") else ""
-            lines.append(f"- physics on {fm.md(h)}: {bw['gbs']:,.1f} GB/s measured by `invoke probe` "
+            lines.append(f"- physics on {fm.md(h)}: {fm.num(bw['gbs'], 1)} GB/s measured by `invoke probe` "
                          f"({fm.md(bw['kind'])}{on})")
         else:
             hw = v.s["hardware"]
-            lines.append(f"- physics on {fm.md(h)}: the manifest's {hw['memory_bandwidth_gbs']:g} GB/s "
+            lines.append(f"- physics on {fm.md(h)}: the manifest's {fm.plain(hw['memory_bandwidth_gbs'])} GB/s "
                          f"({fm.md(hw['bandwidth_source'])}); no `invoke probe` measurement of this host's device")
     return "\n".join([_table(rows, ["strategy", "device (llama.cpp's name and description)", "target layers",
                                     "draft layers", "device MiB (median)", "runs on it"]), ""] + lines)
@@ -465,16 +466,16 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
         parts += ["### Stability warnings", ""] + warnings + [""]
     conv = summary.get("convergence")
     if conv:
-        parts += [f"### Adaptive rounds (--until ±{conv['target']:.0%}, at most {conv['max_rounds']} rounds)", ""]
+        parts += [f"### Adaptive rounds (--until ±{fm.pct(conv['target'])}, at most {conv['max_rounds']} rounds)", ""]
         if conv["not_converged"]:
-            parts += [f"{len(conv['not_converged'])} cell(s) did not reach ±{conv['target']:.0%} in "
+            parts += [f"{len(conv['not_converged'])} cell(s) did not reach ±{fm.pct(conv['target'])} in "
                       f"{conv['rounds']} rounds:", ""]
             parts += [f"- {v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}: {c['rounds']} rounds, "
                       f"±{fm.pct(c['half_width'])}" + (f", about {c['rounds_estimate']} rounds needed"
                                                        if c["rounds_estimate"] else "")
                       for c in conv["not_converged"]]
         else:
-            parts.append(f"every speedup interval is within ±{conv['target']:.0%} after {conv['rounds']} rounds")
+            parts.append(f"every speedup interval is within ±{fm.pct(conv['target'])} after {conv['rounds']} rounds")
         parts.append("")
     parts += ["### Interference: other work on the host during each timed request", "", _interference(v), "",
               f"> {fm.md(summary['rules']['interference'], 1000)}", ""]
