@@ -291,14 +291,14 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
 def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hosts=None, remote_models=None):
     """Check that each host is ready: Docker, GPU and driver, NVIDIA runtime, disk, model files, image."""
     from harness.intake import manifest as mf
-    from harness.run import doctor as dr
+    from harness.run import doctor as doc
 
     m = mf.load(_manifest_path(c, manifest))
     failed = 0
     with _engines(c, host, ssh_key, known_hosts, remote_models) as engines:
         for eng in engines:
             print(f"{eng.name}:")
-            for item in dr.check(eng, m, Path(models_dir or _cfg(c, "models", "models"))):
+            for item in doc.check(eng, m, Path(models_dir or _cfg(c, "models", "models"))):
                 print("  " + item.line())
                 failed += (not item.ok) and item.fatal
     if failed:
@@ -387,10 +387,10 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
 @kit_errors
 def report(c, run_dir=None, out=None, no_plot=False):
     """Summarise a run: summary.json and plot in the run folder, RESULTS.md with the checks."""
-    from harness.report import results as report
+    from harness.report import results as rp
 
-    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [report.latest_run(Path(_cfg(c, "results", "results")))]
-    written = report.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
+    dirs = [Path(d) for d in _split(run_dir)] if run_dir else [rp.latest_run(Path(_cfg(c, "results", "results")))]
+    written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
 
@@ -403,11 +403,11 @@ def sensitivity(c, run_dir=None):
     """Prompt sensitivity: each perturbation variant (a phrase added or removed) against its reference prompt, per
     strategy: throughput, acceptance, speedup and output."""
     from harness.analysis.summary import summarize
-    from harness.report import results as report
+    from harness.report import results as rp
     from harness.store.rundir import RunDir
 
-    d = Path(run_dir) if run_dir else report.latest_run(Path(_cfg(c, "results", "results")))
-    table = report.sensitivity_table(summarize(RunDir.open(d)), "simple")
+    d = Path(run_dir) if run_dir else rp.latest_run(Path(_cfg(c, "results", "results")))
+    table = rp.sensitivity_table(summarize(RunDir.open(d)), "simple")
     if not table:
         raise KitError(f"{d}: no perturbation task in this run (a task with `perturbation: true` and several "
                        "prompts)")
@@ -488,7 +488,7 @@ def compare(c, a, b, out=None, margin="5%", cell_margin=None):
 
     from harness.analysis import compare as cmp
     from harness.report import compare as compare_words
-    from harness.report import results as report
+    from harness.report import results as rp
     from harness.share import bundle as bu
 
     with tempfile.TemporaryDirectory(prefix="specbench-compare-") as tmp:
@@ -500,7 +500,7 @@ def compare(c, a, b, out=None, margin="5%", cell_margin=None):
         res = cmp.compare(dirs[0], dirs[1], m, _cell_margin(cell_margin, m))
         print(console_lines(compare_words.text(res)))
         if out:
-            report.write([dirs[1]], Path(out), plot=False, comparison=res)
+            rp.write([dirs[1]], Path(out), plot=False, comparison=res)
             print(f"wrote {out}")
 
 

@@ -29,9 +29,19 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
+def padded(n: int, width: int) -> str:
+    """A whole number zero-padded to a width, as in a name the kit makes: 7, 3 -> '007'."""
+    return f"{n:0{width}d}"
+
+
 def plain(x: float) -> str:
     """A setting as written, shortest form: 0.8 -> '0.8', 50.0 -> '50'."""
     return f"{x:g}"
+
+
+def rounded(x: float | None, nd: int) -> float | None:
+    """A figure as a record keeps it (summary.json): rounded to nd decimals; None stays None."""
+    return None if x is None else round(float(x), nd)
 
 
 def rate(tok_s: float | None) -> str:

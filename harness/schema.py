@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.validators import extend
 
 from harness import SCHEMAS, KitError
+from harness import formatter as fm
 
 #: The format version each file is written in now; the schema of the same name describes it.
 FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 3, "build": 1, "bundle": 1,
@@ -134,7 +135,7 @@ def _message(error: jsonschema.ValidationError) -> str:
     if error.validator == "type":
         if isinstance(error.instance, int | float) and not isinstance(error.instance, bool) \
                 and not _number_in_bounds(error.instance):
-            return (f"{where}: {_short(error.instance)} is not a finite number within ±{MAX_NUMBER:g} "
+            return (f"{where}: {_short(error.instance)} is not a finite number within ±{fm.plain(MAX_NUMBER)} "
                     f"(expected {error.validator_value})")
         got = f"{type(error.instance).__name__} {_short(error.instance)}"
         return f"{where}: expected {error.validator_value}, got {got}"

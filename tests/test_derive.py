@@ -12,7 +12,7 @@ import pytest
 
 from harness import KitError
 from harness.hosts.engine import LocalEngine, Mount
-from harness.models import generate as md
+from harness.models import generate as gen
 from harness.models.derive import derive_layer_skip
 from harness.run.server import wait_ready
 
@@ -51,7 +51,7 @@ def _with_per_layer_heads(src: Path, dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("derive")
-    return _with_per_layer_heads(md.write_tiny(d / "plain.gguf", "tiny-target", 7), d / "target.gguf")
+    return _with_per_layer_heads(gen.write_tiny(d / "plain.gguf", "tiny-target", 7), d / "target.gguf")
 
 
 def test_layer_skip_keeps_the_first_blocks_and_everything_else(parent, tmp_path):

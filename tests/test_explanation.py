@@ -18,7 +18,7 @@ from harness.analysis import decomposition as dc
 from harness.analysis import explanation, stats
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.analysis.summary import summarize
-from harness.report import explanation as why
+from harness.report import explanation as why_report
 from harness.report import results as rp
 from harness.run import serverlog
 from harness.store.rundir import RunDir
@@ -203,15 +203,15 @@ def test_the_naive_run_request_by_request_beside_fresh_containers(summaries):
     assert [r["index"] for r in rows] == list(range(1, 19)) and {r["server"] for r in rows} == {1}
     # request 2 (code-edit, its first time in this server): 92 drafted, 22 accepted; fresh: 40 and 18 every run
     assert (rows[1]["prompt"], rows[1]["drafted"], rows[1]["accepted"]) == ("code-edit", 92, 22)
-    peer = why.fresh_peer(naive, [fresh, naive])
+    peer = why_report.fresh_peer(naive, [fresh, naive])
     assert peer is fresh
     f = {(x["strategy"], x["prompt"]): x for x in fresh["requests"]["prompts"]}[("ngram-mod", "code-edit")]
     assert (f["drafted"], f["accepted"], f["drafted_range"]) == (40, 18, [40, 40])
-    table, sentence = why.requests_table(naive, peer)
+    table, sentence = why_report.requests_table(naive, peer)
     # requests 2, 8, 11, 14 and 15 drafted what no fresh container did for the same prompt
     assert sentence.startswith("5 of 18 requests")
     assert table.count("≠") == 5
-    assert why.fresh_peer(fresh, [fresh, naive]) is None and fresh["requests"]["servers"] == []
+    assert why_report.fresh_peer(fresh, [fresh, naive]) is None and fresh["requests"]["servers"] == []
 
 
 # ---------------------------------------------------------------- parity
@@ -236,7 +236,7 @@ def test_same_files_on_two_backends_a_difference_is_named():
     assert p.low == pytest.approx(p.difference) and p.high == pytest.approx(p.difference)
     assert p.differs and p.units == 1  # one prompt
     assert not any(x.differs for k, x in found.items() if k != ("draft-simple", "code-edit"))
-    text = why.parity_text([acc.parity_dict(x) for x in found.values()])
+    text = why_report.parity_text([acc.parity_dict(x) for x in found.values()])
     assert "**draft-simple / code-edit**: 42.8% with backend cpu (demo-cpu), 58.8% with backend vulkan" in text
 
 

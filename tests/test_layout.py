@@ -4,6 +4,7 @@ it, and no module imports the kit inside a function (an import loop dodged that 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,97 @@ def test_every_bench_script_starts():
     for script in sorted((ROOT / "bench").glob("*.py")):
         res = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
         assert res.returncode == 0 and "usage" in res.stdout, (script.name, res.stderr[-400:])
+
+
+#: A format spec that turns a number into text: precision, grouping, sign, or a number type (f, g, e, %, d, n).
+NUMBER_SPEC = re.compile(r"^[^}]*?([+\- ]?[#0]?\d*[,_]?(\.\d+)?[fFgGeE%dn]|[,_]|\.\d+)$")
+
+
+def _number_specs(path: Path, root: Path = ROOT) -> list[str]:
+    """Every f-string field of a file whose format spec formats a number (`{x:.2f}`, `{n:,}`, `{v:g}`), and every
+    `format(x, spec)` call with such a literal spec."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FormattedValue) and isinstance(node.format_spec, ast.JoinedStr):
+            spec = "".join(v.value for v in node.format_spec.values if isinstance(v, ast.Constant))
+            if NUMBER_SPEC.match(spec):
+                out.append(f"{path.relative_to(root)}:{node.lineno} {{…:{spec}}}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "format"
+              and len(node.args) == 2 and isinstance(node.args[1], ast.Constant)
+              and NUMBER_SPEC.match(str(node.args[1].value))):
+            out.append(f"{path.relative_to(root)}:{node.lineno} format(…, {node.args[1].value!r})")
+    return out
+
+
+def test_numbers_become_text_only_in_the_formatter():
+    """How a number is written (precision, grouping, percent) is decided in harness/formatter.py alone, so one
+    figure reads the same in RESULTS.md, the terminal and a log line."""
+    bad = [x for p in _modules() if p != ROOT / "harness" / "formatter.py" for x in _number_specs(p)]
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_number_format_check_sees_what_it_should(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('a, n, s = 1.5, 3, "x"\nf"{a:.2f} {n:,} {a:g} {a:.0%} {a:+.1f} {n:5d} {s:>8} {s!r} {s[:3]}"\n'
+                      'format(a, ".1f")\n')
+    found = sorted(x.split(" ", 1)[1] for x in _number_specs(sample, tmp_path))
+    assert found == sorted(["{…:.2f}", "{…:,}", "{…:g}", "{…:.0%}", "{…:+.1f}", "{…:5d}", "format(…, '.1f')"])
+
+
+#: A repository path as the kit's own text names one (`harness/run/plan.py`, `docker/Dockerfile`).
+REPO_PATH = re.compile(r"(?<![\w./-])((?:harness|docker|schemas|manifests|tests|bench|\.ci)/"
+                       r"[A-Za-z0-9_./-]*[A-Za-z0-9_])")
+#: Examples the README makes up to show an error message.
+MADE_UP = {"manifests/x.yaml"}
+#: The base recipes' bytes are digested into the base images' tags (image/bases.py, image/cuda_base.py): a comment
+#: changed there makes every base image anew, so their text is corrected with their next real change.
+HASHED = ("docker/base/",)
+
+
+def _named_paths(text: str) -> set[str]:
+    return {m.group(1).rstrip(".") for m in REPO_PATH.finditer(text)} - MADE_UP
+
+
+def test_every_repository_path_the_kits_text_names_exists():
+    """A file or folder named in the kit's code, recipes, schemas, bench scripts, CI script or README exists (a
+    name with a wildcard or a placeholder is a pattern, not a path)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    sources = [f for f in tracked if (f.startswith(("harness/", "docker/", "schemas/", "bench/", ".ci/"))
+                                      or f in ("README.md", "tasks.py"))
+               and not f.startswith(HASHED) and not f.endswith((".png", ".gguf"))]
+    missing = sorted(f"{src}: {p}" for src in sources for p in _named_paths((ROOT / src).read_text())
+                     if not any(c in p for c in "*{}<>") and not (ROOT / p).exists())
+    assert missing == [], "\n".join(missing)
+
+
+def test_the_path_check_sees_what_it_should():
+    found = _named_paths("see harness/run/plan.py, (docker/Dockerfile) and `schemas/x.json`. not my/harness/a.py "
+                         "nor manifests/x.yaml")
+    assert found == {"harness/run/plan.py", "docker/Dockerfile", "schemas/x.json"}
+
+
+def _aliases(paths: list[Path]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """What each `from harness.x import y as z` calls its module, and what each alias names."""
+    by_name: dict[str, set[str]] = {}
+    by_alias: dict[str, set[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([(f"{node.module}.{a.name}", a.asname) for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness")
+                     else [(a.name, a.asname) for a in node.names if a.name.startswith("harness")]
+                     if isinstance(node, ast.Import) else [])
+            for name, alias in names:
+                if alias:
+                    by_name.setdefault(name, set()).add(alias)
+                    by_alias.setdefault(alias, set()).add(name)
+    return by_name, by_alias
+
+
+def test_one_alias_per_module_and_one_module_per_alias():
+    """`md` is the models' ensure wherever it is read, in the kit, its tasks, its tests and its bench scripts."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    by_name, by_alias = _aliases([ROOT / f for f in tracked])
+    assert len(by_name) > 30  # the check reads the imports it should
+    assert {n: a for n, a in by_name.items() if len(a) > 1} == {}
+    assert {a: n for a, n in by_alias.items() if len(n) > 1} == {}

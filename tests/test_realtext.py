@@ -9,7 +9,7 @@ import pytest
 from harness import ROOT
 from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
-from harness.models import ensure as models
+from harness.models import ensure as md
 from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import trusted
@@ -21,7 +21,7 @@ REAL = ROOT / "manifests" / "real-gemma3-270m.yaml"
 @pytest.fixture(scope="session")
 def real_models(tmp_path_factory):
     d = tmp_path_factory.mktemp("real-models")
-    paths = models.ensure(mf.load(REAL), d, log=lambda s: None)
+    paths = md.ensure(mf.load(REAL), d, log=lambda s: None)
     assert paths["target"].stat().st_size == 253_113_024
     return d
 

@@ -14,7 +14,7 @@ from harness.hosts.engine import LocalEngine
 from harness.hosts.remote import RemoteEngine, engines_for
 from harness.image import build as bd
 from harness.report import results as rp
-from harness.run import doctor as dr
+from harness.run import doctor as doc
 from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, _free_port, first_takes, single_stream, trusted, write_manifest
@@ -73,7 +73,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
     eng = _remote(sshd, tmp_path)
     try:
         assert eng.name == sshd["spec"]
-        items = {i.name: i for i in dr.check(eng, m, models_dir)}
+        items = {i.name: i for i in doc.check(eng, m, models_dir)}
         assert items["docker"].ok and "API" in items["docker"].detail
         assert items["model target"].ok and "sent over SSH" in items["model target"].detail
         assert items["gpu"].ok  # cpu backend: no GPU needed
@@ -83,7 +83,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
                           progress=False, engines=[eng], log=lambda s: None)
         assert "8 ok, 0 failed" in out
         assert eng.endpoint(1).via == "ssh-tunnel"  # llama-server is reached through the SSH connection
-        items = {i.name: i for i in dr.check(eng, m, models_dir)}
+        items = {i.name: i for i in doc.check(eng, m, models_dir)}
         assert items["model target"].ok and "sha256 ok" in items["model target"].detail
     finally:
         eng.close()

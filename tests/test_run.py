@@ -151,12 +151,12 @@ def test_cache_trap_reuse_server_climbs_fresh_containers_do_not(tmp_path, demo_i
     assert fresh_check["data"]["kind"] in ("none", "drift", "unstable"), fresh_check
     assert fresh_check["data"]["fingerprint"]["identical"], fresh_check
     # request by request: the naive server's second ngram-mod request drafted beyond what any fresh one did
-    from harness.report import explanation as why
+    from harness.report import explanation as why_report
 
     naive_summary, fresh_summary = (summarize(RunDir.open(tmp_path / "r" / x)) for x in ("naive", "fresh"))
     rows = [r for r in naive_summary["requests"]["servers"] if r["strategy"] == "ngram-mod"]
     assert [r["drafted"] for r in rows] == nd
-    table, sentence = why.requests_table(naive_summary, why.fresh_peer(naive_summary, [fresh_summary]))
+    table, sentence = why_report.requests_table(naive_summary, why_report.fresh_peer(naive_summary, [fresh_summary]))
     assert "≠" in table and not sentence.startswith("0 of")
     cache_cell = next(c for c in summarize(RunDir.open(tmp_path / "r" / "naive"))["cells"]
                       if c["strategy"] == "ngram-cache")

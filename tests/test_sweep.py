@@ -364,7 +364,7 @@ def test_the_committed_sweep_keeps_selection_and_confirmation_apart_with_one_int
     import shutil
 
     from harness.analysis.summary import summarize
-    from harness.report import results as report
+    from harness.report import results as rp
 
     run = tmp_path / "real-gemma3-270m-sweep"
     shutil.copytree(ROOT / "results" / "real-gemma3-270m-sweep", run)
@@ -384,7 +384,7 @@ def test_the_committed_sweep_keeps_selection_and_confirmation_apart_with_one_int
     vs = conf["winner_vs_runner_up"]
     assert vs["low"] < 1 < vs["high"] and res["winner"] is None and res["best_two"] == [conf["winner"],
                                                                                        conf["runner_up"]]
-    report.write([run], tmp_path / "R.md", plot=False)
+    rp.write([run], tmp_path / "R.md", plot=False)
     text = (tmp_path / "R.md").read_text(encoding="utf-8")
     assert "**Best two not distinguishable: ngram-simple\\[size-n=3,size-m=16\\] and" in text
     assert "**Winner" not in text and "rounds 4-6 confirm the sweep's best two" in text

@@ -20,7 +20,7 @@ from harness import ROOT, KitError, schema
 from harness.image import source as sources
 from harness.intake import cmake_flags, flags, trust
 from harness.intake import manifest as mf
-from harness.run import plan as plans
+from harness.run import plan as pl
 from harness.run.server import server_command
 from tests.conftest import DEMO, write_manifest
 from tests.crafted import one_line
@@ -268,12 +268,12 @@ def test_confirmation_and_until_rounds_count_against_the_cap(sandbox):
             for i in range(50)]  # 101 strategies x 8 tasks x 100 runs = 80,800 planned
     m = mf.load(_manifest(sandbox.work / "sweeps", many_sweeps))
     with pytest.raises(KitError) as e:
-        plans.make_plan(m, ["local"], shuffle_seed=0)
+        pl.make_plan(m, ["local"], shuffle_seed=0)
     one_line(e, "the plan has 80,800 measurements + 80,800 in the confirmation rounds; at most 100,000 in all")
     assert "100,000" in _invoke("validate", "--manifest", str(sandbox.work / "sweeps" / "m.yaml")).stderr
     m = mf.load(DEMO)
     with pytest.raises(KitError) as e:
-        plans.make_plan(m, ["local"], shuffle_seed=0, max_rounds=1000)  # --until --max-rounds 1000
+        pl.make_plan(m, ["local"], shuffle_seed=0, max_rounds=1000)  # --until --max-rounds 1000
     one_line(e, "in rounds --until may add up to round 1000")
-    plan = plans.make_plan(m, ["local"], shuffle_seed=0, max_rounds=20)
+    plan = pl.make_plan(m, ["local"], shuffle_seed=0, max_rounds=20)
     assert len(plan.items) == len(plan.cells) * 3

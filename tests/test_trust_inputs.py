@@ -21,8 +21,8 @@ from harness.intake import manifest as mf
 from harness.models import generate
 from harness.report import compare as compare_words
 from harness.report import results as rp
-from harness.run import doctor as dr
-from harness.run import plan as plans
+from harness.run import doctor as doc
+from harness.run import plan as pl
 from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, trusted, write_manifest
@@ -86,7 +86,7 @@ def test_compare_shows_escapes_from_a_run_folder_and_fakes_no_verdict(sandbox):
 
 
 def test_doctor_lines_and_errors_show_escapes(sandbox):
-    line = dr.Item("gpu", False, f"nvidia-smi says {ESCAPES}", f"fix {ESCAPES}").line()
+    line = doc.Item("gpu", False, f"nvidia-smi says {ESCAPES}", f"fix {ESCAPES}").line()
     assert "\x1b" not in line and line.count("\n") == 1 and "\\x1b]0;pwned" in line
     res = _invoke("validate", "--manifest", str(sandbox.work / "m\x1b]0;pwned\x07.yaml"))
     assert res.returncode == 1 and "\x1b" not in res.stderr and "\\x1b]0;pwned\\x07" in res.stderr
@@ -224,7 +224,7 @@ def test_a_wrong_drafter_is_refused_before_any_image_is_built(sandbox):
 def test_validate_names_each_check_it_could_not_run(sandbox):
     path = _foreign_draft_manifest(sandbox.work / "m")
     models = sandbox.work / "models"
-    text = plans.render(mf.load(path), models)
+    text = pl.render(mf.load(path), models)
     head, _, skipped = text.partition("not checked yet:\n")
     assert "valid (" in head and "2 check(s) not run, named below" in head
     assert "strategies baseline, wrong: the model files against their spec types (GGUF headers): models.target " \
@@ -232,10 +232,10 @@ def test_validate_names_each_check_it_could_not_run(sandbox):
     assert "the pinned sha256 of models target" in skipped
     generate.write_tiny(models / "tiny-target.gguf", "tiny-target", 7)
     with pytest.raises(KitError) as e:  # only the target there: the drafter's check is named as skipped
-        text = plans.render(mf.load(path), models)
+        text = pl.render(mf.load(path), models)
         assert "strategies wrong: the model files against their spec types (GGUF headers): models.foreign" in text
         generate.write_tiny(models / "tiny-foreign.gguf", "tiny-foreign", 7)
-        plans.render(mf.load(path), models)  # both there: the check runs and refuses
+        pl.render(mf.load(path), models)  # both there: the check runs and refuses
     one_line(e, "strategies wrong: models.foreign", "token ids must mean the same in both")
     res = _invoke("validate", "--manifest", str(path), "--models-dir", str(sandbox.work / "none"))
     assert res.returncode == 0 and "not checked yet:" in res.stdout and "check(s) not run" in res.stdout

@@ -17,7 +17,7 @@ from harness.intake import manifest as mf
 from harness.models import drafters
 from harness.models import ensure as md
 from harness.models.derive import derive_layer_skip
-from harness.run import plan as plans
+from harness.run import plan as pl
 from tests.conftest import DEMO, write_manifest
 from tests.crafted import layered_gguf, one_line, raw_gguf
 
@@ -128,7 +128,7 @@ def test_a_generated_shape_within_the_schema_but_huge_is_one_line(sandbox, kind)
                                                                  "layers": 64}}
     m = mf.load(write_manifest(sandbox.work / "m", yaml.safe_dump(raw)))
     with pytest.raises(KitError) as e:
-        plans.render(m, sandbox.work / "models")
+        pl.render(m, sandbox.work / "models")
     one_line(e, "models.target.generate: generate", "68,729M parameters", "the generator makes at most 268M")
     t0 = time.monotonic()
     with pytest.raises(KitError) as e:

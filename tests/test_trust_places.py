@@ -24,7 +24,7 @@ from harness.image import source as sources
 from harness.intake import manifest as mf
 from harness.models import ensure as md
 from harness.models import generate
-from harness.run import plan as plans
+from harness.run import plan as pl
 from harness.share import bundle as bu
 from harness.share import reproduce as rep
 from tests.conftest import DEMO, write_manifest
@@ -61,7 +61,7 @@ def _received(folder: Path, data: bytes | None = None, *, pin: str | None = None
 
 
 def _validate(manifest: Path, models: Path) -> str:
-    return plans.render(mf.load(manifest), models)
+    return pl.render(mf.load(manifest), models)
 
 
 def test_a_planted_hash_file_that_links_outside_is_neither_written_nor_read(sandbox, hash_cache):

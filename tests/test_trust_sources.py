@@ -24,7 +24,7 @@ from harness.intake import manifest as mf
 from harness.intake import trust, urls
 from harness.models import ensure as md
 from harness.models import pypi as pm
-from harness.run import plan as plans
+from harness.run import plan as pl
 from tests.conftest import DEMO, write_manifest
 from tests.crafted import member, one_line, write_tar
 from tests.fakehub import FakeHub
@@ -114,7 +114,7 @@ def test_a_model_index_other_than_pypi_needs_trust_source(sandbox, index):
     with pytest.raises(KitError) as e:
         trust.decide(m, False, only="models.")
     one_line(e, "models.target.pypi.index_url: ", "is not PyPI", "pass --trust-source")
-    assert "models.target.pypi.index_url need --trust-source" in plans.render(m, sandbox.work / "models")
+    assert "models.target.pypi.index_url need --trust-source" in pl.render(m, sandbox.work / "models")
     res = _invoke("models", "--manifest", str(path), "--models-dir", str(sandbox.work / "models"))
     assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "models.target.pypi.index_url" in res.stderr and "--trust-source" in res.stderr

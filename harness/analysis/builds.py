@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness import formatter as fm
 from harness.analysis import checks, words
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -34,10 +35,6 @@ RULE = ("B/A of tok/s: the same strategy, task and prompt on build B over build 
         "is the geometric mean over rounds with a 95% interval; the marks of one printed table, cells and geometric "
         "means over tasks alike, are judged as one family with Holm's procedure (▲ B higher, ▼ B lower, ≈ within "
         "±2%, · not significant, ? too few rounds).")
-
-
-def _r(x: float | None, nd: int = 4) -> float | None:
-    return None if x is None else round(float(x), nd)
 
 
 def source_text(record: Mapping[str, Any]) -> str:
@@ -111,11 +108,13 @@ def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> dict[str, An
     iv = s.interval
     j = s.judgement
     return {"host": s.host, "strategy": s.strategy, "a": names[s.strategy][0], "b": names[s.strategy][1],
-            "task": s.task, "estimate": _r(s.estimate), "rounds": iv.n,
-            "interval": {"low": _r(iv.low), "high": _r(iv.high), "n": iv.n, "method": iv.method, "df": _r(iv.df, 1),
+            "task": s.task, "estimate": fm.rounded(s.estimate, 4), "rounds": iv.n,
+            "interval": {"low": fm.rounded(iv.low, 4), "high": fm.rounded(iv.high, 4), "n": iv.n, "method": iv.method,
+                         "df": fm.rounded(iv.df, 1),
                          "moderated": iv.moderated, "note": words.interval_note(iv)},
-            "verdict": {"kind": j.verdict.value, "p_differs": _r(j.p_differs, 6), "p_within": _r(j.p_within, 6),
-                        "p_adjusted": _r(j.p_adjusted, 6), "family": j.family},
+            "verdict": {"kind": j.verdict.value, "p_differs": fm.rounded(j.p_differs, 6),
+                        "p_within": fm.rounded(j.p_within, 6),
+                        "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family},
             **({"tasks": list(s.tasks), "left_out": list(s.left_out)} if s.task is None else {})}
 
 

@@ -14,7 +14,7 @@ from harness import formatter as fm
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Check:
     check: str
     flagged: bool
     sentence: str
@@ -37,7 +37,7 @@ def tokens_per_pass(predicted_n: int, draft_n_accepted: int) -> float | None:
 
 def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes: float, baseline: bool,
             bandwidth_source: str = "published", pass_bytes: dict[str, Any] | None = None,
-            rule: str | None = None) -> Verdict:
+            rule: str | None = None) -> Check:
     """Is a throughput possible? Implied target passes per second (tok/s over tokens per pass) above bandwidth /
     bytes per pass is not. `pass_bytes` (harness/models/passbytes.py: weights, KV at depth, draft) refines the bytes
     when the headers were read; else the file's weight bytes stand for them."""
@@ -52,10 +52,10 @@ def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes:
             "bandwidth_source": bandwidth_source, "weight_bytes": weight_bytes, "bytes_per_pass": round(total),
             "pass_bytes": pass_bytes, "rule": rule}
     if implied > ceiling:
-        return Verdict("physics", True, f"physically impossible: implies {fm.num(implied, 1)} passes/s, ceiling "
+        return Check("physics", True, f"physically impossible: implies {fm.num(implied, 1)} passes/s, ceiling "
                        f"{fm.num(ceiling, 1)} ({fm.plain(bandwidth_gbs)} GB/s {bandwidth_source} / {rule})", data)
     what = "of the roofline" if baseline else "of the roofline in target passes"
-    return Verdict("physics", False,
+    return Check("physics", False,
                    f"{fm.pct(fraction)} {what} ({fm.num(implied, 1)} of {fm.num(ceiling, 1)} passes/s; {rule})", data)
 
 
@@ -77,17 +77,17 @@ def first_divergence(baseline_tokens: list[int], tokens: list[int]) -> int | Non
     return None
 
 
-def determinism(baseline: dict[str, Any], other: dict[str, Any], probs: dict[str, Any] | None) -> Verdict:
+def determinism(baseline: dict[str, Any], other: dict[str, Any], probs: dict[str, Any] | None) -> Check:
     """Byte match of one strategy's output against the baseline's at temperature 0; where it diverges, the
     first divergent token, the baseline's top-2 logprob margin there and its rank among the narrowest."""
     same = baseline["sha256"] == other["sha256"]
     data: dict[str, Any] = {"identical": same}
     if same:
-        return Verdict("determinism", False, "byte-identical to the baseline", data)
+        return Check("determinism", False, "byte-identical to the baseline", data)
     idx = first_divergence(baseline.get("tokens") or [], other.get("tokens") or [])
     data["first_divergent_token"] = idx
     if idx is None:
-        return Verdict("determinism", True, "output differs from the baseline (no token ids to locate it)", data)
+        return Check("determinism", True, "output differs from the baseline (no token ids to locate it)", data)
     positions = (probs or {}).get("positions") or []
     margins = [p.get("margin") for p in positions]
     ids_match = [p.get("id") for p in positions][: len(baseline.get("tokens") or [])] == \
@@ -98,9 +98,9 @@ def determinism(baseline: dict[str, Any], other: dict[str, Any], probs: dict[str
     if idx < len(margins) and margins[idx] is not None and ids_match:
         rank = margin_rank(margins, idx)
         data.update(margin=margins[idx], margin_rank=rank, positions=len(margins))
-        return Verdict("determinism", True, f"diverges at token {idx}: baseline top-2 margin "
+        return Check("determinism", True, f"diverges at token {idx}: baseline top-2 margin "
                        f"{fm.fixed(margins[idx], 3)}, the {_ordinal(rank)} narrowest of {len(margins)}", data)
-    return Verdict("determinism", True, f"diverges at token {idx} (no baseline margin recorded there)", data)
+    return Check("determinism", True, f"diverges at token {idx} (no baseline margin recorded there)", data)
 
 
 def _ordinal(n: int | None) -> str:

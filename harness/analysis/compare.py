@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.analysis import inference as inf
 from harness.analysis import lossless, stats, tuning, words
-from harness.analysis import reproduction as rp
+from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -89,11 +89,11 @@ def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
                                                         "n": iv.n}
 
 
-def _fingerprint_words(r: rp.Row) -> str:
+def _fingerprint_words(r: repro.Row) -> str:
     fa, fb = r.fingerprint_a, r.fingerprint_b
-    if fa is None or fb is None or r.fingerprint is rp.Match.MISSING:
+    if fa is None or fb is None or r.fingerprint is repro.Match.MISSING:
         return "no runs in one of the two"
-    if r.fingerprint is rp.Match.IDENTICAL:
+    if r.fingerprint is repro.Match.IDENTICAL:
         return words.drafts(fa)
     parts = []
     if set(fa.drafts) != set(fb.drafts):
@@ -130,8 +130,8 @@ class Comparison:
     a: RunRef
     b: RunRef
     differences: list[Difference]
-    reproduction: rp.Reproduction
-    rows: list[rp.Row]
+    reproduction: repro.Reproduction
+    rows: list[repro.Row]
     host_b: dict[str, str]  # A's host label -> B's
     torn_last_line: tuple[str, ...] = ()  # "A" / "B": whose measurements.jsonl ends in a line cut short
     distribution: dict[str, Any] | None = None  # the sampling studies' verdicts side by side (lossless.compare)
@@ -145,11 +145,11 @@ class Comparison:
         return not self.blocking
 
     @property
-    def call(self) -> rp.Call:
-        return rp.Call.NOT_COMPARABLE if self.blocking else self.reproduction.call
+    def call(self) -> repro.Call:
+        return repro.Call.NOT_COMPARABLE if self.blocking else self.reproduction.call
 
     @property
-    def geomeans(self) -> list[rp.Row]:
+    def geomeans(self) -> list[repro.Row]:
         return self.reproduction.geomeans
 
     @property
@@ -172,14 +172,14 @@ class Comparison:
                     "(lossless in distribution, below)")
         return out
 
-    def row_call(self, r: rp.Row) -> rp.Call:
+    def row_call(self, r: repro.Row) -> repro.Call:
         """A row's call; every judged row is "not comparable" when the runs measured different things."""
-        if self.blocking and r.call not in (rp.Call.MISSING, rp.Call.BASELINE):
-            return rp.Call.NOT_COMPARABLE
+        if self.blocking and r.call not in (repro.Call.MISSING, repro.Call.BASELINE):
+            return repro.Call.NOT_COMPARABLE
         return r.call
 
-    def row_rule(self, r: rp.Row) -> str:
-        if self.row_call(r) is rp.Call.NOT_COMPARABLE:
+    def row_rule(self, r: repro.Row) -> str:
+        if self.row_call(r) is repro.Call.NOT_COMPARABLE:
             return "different " + " / ".join(self.blocking)
         return words.row_rule(r)
 
@@ -189,7 +189,7 @@ class Comparison:
             out[self.row_call(r).value] = out.get(self.row_call(r).value, 0) + 1
         return out
 
-    def _row_dict(self, r: rp.Row) -> dict[str, Any]:
+    def _row_dict(self, r: repro.Row) -> dict[str, Any]:
         return {"host": r.host, "host_b": self.host_b.get(r.host), "strategy": r.strategy, "task": r.task,
                 "speedup_a": r.speedup_a, "interval_a": _interval(r.interval_a), "speedup_b": r.speedup_b,
                 "interval_b": _interval(r.interval_b), "ratio": r.ratio, "ratio_interval": _interval(r.interval),
@@ -217,7 +217,7 @@ class Comparison:
                 "distribution": self.distribution}
 
 
-def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN, cell_margin: float | None = None) -> Comparison:
+def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: float | None = None) -> Comparison:
     """Judge B against A per cell on what transfers between machines: the B/A ratio of the paired speedups with its
     interval against ±cell margin (default twice the margin) and each strategy's geometric mean against ±margin
     (reproduces / differs / inconclusive; differs judged as one family), the deterministic fingerprint (draft
@@ -227,7 +227,7 @@ def compare(dir_a, dir_b, margin: float = rp.REPRODUCE_MARGIN, cell_margin: floa
     ma, mb = ra.read_meta(), rb.read_meta()
     diffs = [Difference(*d) for d in differences(ma, mb)]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = rp.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin,
+    rep = repro.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin,
                           cell_margin)
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
           (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from harness import formatter as fm
 from harness.analysis import inference as inf
 from harness.analysis.records import CellIndex, CellKey, Measurement
 
@@ -259,8 +260,8 @@ def judge(index: CellIndex, protocol: str | None = None) -> dict[CellKey, Contam
                     "round_factors": [round(p.factor, 4) for p in pts], "order": [p.order for p in pts],
                     "normalised_cv": None if cv is None else round(cv, 4),
                     "trend": {"n": tr.n, "tau": tr.tau, "p": tr.p, "change": tr.change, "noise": tr.noise,
-                              "testable": tr.testable, "p_holm": _r(trend_adj.get(u))},
-                    "noise_p_holm": _r(noise_adj.get(u)), "family": len(pvals)}
+                              "testable": tr.testable, "p_holm": fm.rounded(trend_adj.get(u), 6)},
+                    "noise_p_holm": fm.rounded(noise_adj.get(u), 6), "family": len(pvals)}
         if u.prompt is not None:
             evidence["prompt"] = u.prompt
         tp, npv = trend_adj.get(u), noise_adj.get(u)
@@ -285,5 +286,3 @@ def judge(index: CellIndex, protocol: str | None = None) -> dict[CellKey, Contam
     return out
 
 
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 6)

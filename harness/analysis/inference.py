@@ -59,10 +59,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import special
 from scipy import stats as sps
+
+from harness import formatter as fm
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
@@ -442,6 +445,21 @@ def _two_parts(loc: Location, part: tuple[float, float], strategy: Prior, baseli
     den = (vs * vs / ds if ds > 0 else 0.0) + (vb * vb / db if db > 0 else 0.0)
     df = min(var * var / den, MAX_DF) if den > 0 else loc.df
     return Estimate(loc.estimate, math.sqrt(var * loc.factor), df, loc.n, loc.method, bs or bb)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A positive figure (a speedup, a ratio of two settings, an aggregate rate) with its 95% interval over `rounds`
+    rounds, as the sweep and the serving study keep it."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    rounds: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"estimate": fm.rounded(self.estimate, 4), "low": fm.rounded(self.low, 4),
+                "high": fm.rounded(self.high, 4), "rounds": self.rounds}
 
 
 @dataclass(frozen=True)

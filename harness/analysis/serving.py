@@ -29,11 +29,10 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from harness import formatter as fm
+from harness.analysis.inference import Figure
+
 CONFIDENCE = 0.95
-
-
-def _r(x: float | None, nd: int = 4) -> float | None:
-    return None if x is None else round(float(x), nd)
 
 
 @dataclass(frozen=True)
@@ -52,19 +51,6 @@ class Sample:
     speculating: bool | None  # every slot speculated and the streams drafted; None for a baseline or unknown
 
 
-@dataclass(frozen=True)
-class Band:
-    """A positive figure with its 95% interval over `rounds` rounds."""
-
-    estimate: float | None
-    low: float | None
-    high: float | None
-    rounds: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"estimate": _r(self.estimate), "low": _r(self.low), "high": _r(self.high), "rounds": self.rounds}
-
-
 def _round_logs(pairs: Sequence[tuple[int, float]]) -> dict[int, float]:
     by: dict[int, list[float]] = {}
     for r, v in pairs:
@@ -73,19 +59,19 @@ def _round_logs(pairs: Sequence[tuple[int, float]]) -> dict[int, float]:
     return {r: statistics.fmean(xs) for r, xs in sorted(by.items())}
 
 
-def band(pairs: Sequence[tuple[int, float]]) -> Band:
+def band(pairs: Sequence[tuple[int, float]]) -> Figure:
     """(round, value) pairs: the geometric mean over rounds of each round's geometric mean, and a Student-t
     interval on those logs."""
     logs = np.asarray(list(_round_logs(pairs).values()), dtype=float)
     if not len(logs):
-        return Band(None, None, None, 0)
+        return Figure(None, None, None, 0)
     est = math.exp(float(np.mean(logs)))
     if len(logs) < 2:
-        return Band(est, None, None, len(logs))
+        return Figure(est, None, None, len(logs))
     if np.all(logs == logs[0]):
-        return Band(est, math.exp(logs[0]), math.exp(logs[0]), len(logs))
+        return Figure(est, math.exp(logs[0]), math.exp(logs[0]), len(logs))
     ci = sps.ttest_1samp(logs, 0.0).confidence_interval(CONFIDENCE)
-    return Band(est, math.exp(ci.low), math.exp(ci.high), len(logs))
+    return Figure(est, math.exp(ci.low), math.exp(ci.high), len(logs))
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -103,7 +89,7 @@ class Point:
 
     strategy: str
     streams: int
-    aggregate: Band
+    aggregate: Figure
     per_stream_tok_s: float | None
     tpot_ms: float | None
     ttft_ms: float | None
@@ -114,9 +100,9 @@ class Point:
 
     def as_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "streams": self.streams, "aggregate_tok_s": self.aggregate.as_dict(),
-                "per_stream_tok_s": _r(self.per_stream_tok_s, 3), "tpot_ms": _r(self.tpot_ms, 3),
-                "ttft_ms": _r(self.ttft_ms, 3), "itl_p50_ms": _r(self.itl_p50_ms, 3),
-                "itl_p99_ms": _r(self.itl_p99_ms, 3), "speculating": self.speculating,
+                "per_stream_tok_s": fm.rounded(self.per_stream_tok_s, 3), "tpot_ms": fm.rounded(self.tpot_ms, 3),
+                "ttft_ms": fm.rounded(self.ttft_ms, 3), "itl_p50_ms": fm.rounded(self.itl_p50_ms, 3),
+                "itl_p99_ms": fm.rounded(self.itl_p99_ms, 3), "speculating": self.speculating,
                 "measurements": self.measurements}
 
 
@@ -138,7 +124,7 @@ class Level:
 
     streams: int
     speculative_streams: int | None
-    ratio: Band
+    ratio: Figure
 
     def as_dict(self) -> dict[str, Any]:
         return {"streams": self.streams, "speculative_streams": self.speculative_streams,
@@ -182,7 +168,7 @@ def crossover(name: str, baseline: str, spec: dict[int, Sequence[Sample]],
     for n in sorted(base):
         stand = max((m for m in usable if m <= n), default=None)
         if stand is None:
-            levels.append(Level(n, None, Band(None, None, None, 0)))
+            levels.append(Level(n, None, Figure(None, None, None, 0)))
             continue
         b = {(s.round, s.prompt): s.aggregate_tok_s for s in base[n]}
         pairs = [(s.round, s.aggregate_tok_s / b[(s.round, s.prompt)]) for s in spec[stand]

@@ -26,37 +26,34 @@ from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
 
-def _r(x: float | None, nd: int = 3) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
 def describe(xs: list[float | None]) -> dict[str, Any]:
     """n, median, min, max, spread (± half the range as % of the median), stdev."""
     vals = [x for x in xs if x is not None]
     if not vals:
         return {"n": 0, "median": None, "min": None, "max": None, "spread_pct": None, "stdev": None}
     med = statistics.median(vals)
-    return {"n": len(vals), "median": _r(med), "min": _r(min(vals)), "max": _r(max(vals)),
-            "spread_pct": _r((max(vals) - min(vals)) / 2 / med * 100, 1) if med else None,
-            "stdev": _r(statistics.stdev(vals)) if len(vals) > 1 else 0.0}
+    return {"n": len(vals), "median": fm.rounded(med, 3), "min": fm.rounded(min(vals), 3),
+            "max": fm.rounded(max(vals), 3),
+            "spread_pct": fm.rounded((max(vals) - min(vals)) / 2 / med * 100, 1) if med else None,
+            "stdev": fm.rounded(statistics.stdev(vals), 3) if len(vals) > 1 else 0.0}
 
 
 def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
     if iv is None:
         return None
-    return {"low": _r(iv.low, 4), "high": _r(iv.high, 4), "n": iv.n, "method": iv.method,
-            "df": _r(iv.df, 1), "moderated": iv.moderated, "note": words.interval_note(iv)}
+    return {"low": fm.rounded(iv.low, 4), "high": fm.rounded(iv.high, 4), "n": iv.n, "method": iv.method,
+            "df": fm.rounded(iv.df, 1), "moderated": iv.moderated, "note": words.interval_note(iv)}
 
 
 def _verdict(s: Speedup) -> dict[str, Any]:
     j = s.judgement
-    return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": _r(j.p_differs, 6),
-            "p_within": _r(j.p_within, 6), "p_adjusted": _r(j.p_adjusted, 6), "family": j.family,
-            "smallest_marked": None if j.smallest is None else _r(math.exp(j.smallest), 4)}
+    return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": fm.rounded(j.p_differs, 6),
+            "p_within": fm.rounded(j.p_within, 6), "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
+            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4)}
 
 
 def _prior(p: inf.Prior) -> dict[str, Any]:
-    return {"d0": _r(p.d0, 2), "sd": _r(p.sd, 5), "cells": p.cells}
+    return {"d0": fm.rounded(p.d0, 2), "sd": fm.rounded(p.sd, 5), "cells": p.cells}
 
 
 def _family(table: sp.SpeedupTable) -> dict[str, Any]:
@@ -69,9 +66,9 @@ def _family(table: sp.SpeedupTable) -> dict[str, Any]:
             "band": table.band,
             "priors": {h: {"strategy": _prior(p.strategy), "baseline": _prior(p.baseline), "paired": _prior(p.paired)}
                        for h, p in table.priors.items()},
-            "power": {"family": pw.family, "rounds": pw.rounds, "cells": _r(pw.cells, 4),
-                      "noisiest_quarter": _r(pw.noisiest, 4), "geomeans": _r(pw.geomeans, 4),
-                      "rounds_for": {f"{t:.2f}": n for t, n in pw.rounds_for.items()},
+            "power": {"family": pw.family, "rounds": pw.rounds, "cells": fm.rounded(pw.cells, 4),
+                      "noisiest_quarter": fm.rounded(pw.noisiest, 4), "geomeans": fm.rounded(pw.geomeans, 4),
+                      "rounds_for": {fm.fixed(t, 2): n for t, n in pw.rounds_for.items()},
                       "sentence": words.power(pw)}}
 
 
@@ -202,7 +199,7 @@ def _by_prompt_round(ms: list[Measurement]) -> dict[str, dict[int, Measurement]]
 
 def _acceptance_of(ms: list[Measurement]) -> float | None:
     drafted = sum(m.drafted for m in ms)
-    return _r(sum(m.accepted for m in ms) / drafted, 4) if drafted else None
+    return fm.rounded(sum(m.accepted for m in ms) / drafted, 4) if drafted else None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -240,12 +237,12 @@ def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict[s
     def speedup(prompt: str) -> float | None:
         pr = [by[prompt][r].tok_s / base_by[prompt][r].tok_s
               for r in sorted(by.get(prompt, {}).keys() & base_by.get(prompt, {}).keys())]
-        return _r(math.exp(statistics.fmean(math.log(x) for x in pr)), 4) if pr else None
+        return fm.rounded(math.exp(statistics.fmean(math.log(x) for x in pr)), 4) if pr else None
 
     first_ref = by[ref][min(by[ref])].raw["output"]
     first_var = by[var][min(by[var])].raw["output"] if by.get(var) else None
     return {"host": host, "strategy": strategy, "task": task, "reference": ref, "variant": var,
-            "tok_s_ratio": _r(math.exp(statistics.fmean(logs)), 4) if logs else None, "tok_s_ratio_interval":
+            "tok_s_ratio": fm.rounded(math.exp(statistics.fmean(logs)), 4) if logs else None, "tok_s_ratio_interval":
             _interval(iv), "acceptance_reference": _acceptance_of(list(by[ref].values())),
             "acceptance_variant": _acceptance_of(list(by.get(var, {}).values())),
             "speedup_reference": speedup(ref), "speedup_variant": speedup(var),
@@ -296,7 +293,8 @@ def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.Pas
 def _geomean(g: Speedup) -> dict[str, Any]:
     """A geometric mean: its interval for these prompts (what the mark judges) and, beside it, for tasks like
     these (the spread over tasks; null below two tasks)."""
-    return {"host": g.host, "strategy": g.strategy, "estimate": _r(g.estimate, 4), "interval": _interval(g.interval),
+    return {"host": g.host, "strategy": g.strategy, "estimate": fm.rounded(g.estimate, 4),
+            "interval": _interval(g.interval),
             "interval_scope": "these prompts",
             "between_tasks": None if g.between is None else
             _interval(g.between) | {"scope": "tasks like these", "note": words.between_note(g.between)},
@@ -333,17 +331,17 @@ def _cell(s: Any, index: CellIndex, key: CellKey, cs: stats.CellStats | None) ->
         "load_s": describe([r["timing"]["load_s"] for r in ok]),
         "memory_peak_mb": describe([r["memory_peak_bytes"] / 2**20 for r in ok if r.get("memory_peak_bytes")]),
         "draft_n": drafted, "draft_n_accepted": accepted,
-        "acceptance": _r(accepted / drafted, 4) if drafted else None,
+        "acceptance": fm.rounded(accepted / drafted, 4) if drafted else None,
         "tokens_per_pass": describe(tpps),
-        "series": [_r(r["client"]["decode_tok_s"]) for r in ok],
+        "series": [fm.rounded(r["client"]["decode_tok_s"], 3) for r in ok],
         "streams": max((r.get("concurrency", {}).get("streams", 1) for r in ok), default=1),
         "aggregate_tok_s": describe([r["concurrency"]["aggregate_tok_s"] for r in used if "concurrency" in r]),
         "per_stream_tok_s": describe([x for r in used if "concurrency" in r
                                       for x in r["concurrency"]["per_stream_tok_s"]]),
-        "speedup": _r(sp.estimate, 4) if sp is not None else None,
+        "speedup": fm.rounded(sp.estimate, 4) if sp is not None else None,
         "speedup_interval": _interval(sp.interval) if sp is not None else None,
         "verdict": _verdict(sp) if sp is not None else None,
-        "paired_rounds": {str(k): _r(v, 4) for k, v in sp.rounds.items()} if sp is not None else {},
+        "paired_rounds": {str(k): fm.rounded(v, 4) for k, v in sp.rounds.items()} if sp is not None else {},
         "warnings": [{"kind": w.kind.value, "sentence": words.warning(w), "evidence": w.evidence}
                      for w in (cs.warnings if cs is not None else [])],
         "checks": {"contamination": {"check": "contamination", "flagged": con.flagged,
@@ -384,8 +382,8 @@ def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None
         return None
     waited = [w["waited_s"] for w in waits]
     return {"bound_s": meta.plan.quiet_wait_s or max((w["bound_s"] for w in waits), default=0.0),
-            "measurements": len(waits), "waited_median_s": _r(statistics.median(waited)) if waited else None,
-            "waited_max_s": _r(max(waited)) if waited else None,
+            "measurements": len(waits), "waited_median_s": fm.rounded(statistics.median(waited), 3) if waited else None,
+            "waited_max_s": fm.rounded(max(waited), 3) if waited else None,
             "bound_reached": sum(1 for w in waits if not w["quiet"] and w.get("others_cores") is not None)}
 
 
@@ -399,8 +397,8 @@ def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:
         disturbed = [m for m in ok if m.disturbed]
         out[host] = {"measured": len(figs), "disturbed": len(disturbed), "kept": host in index.busy,
                      "retaken": sum(1 for m in ok if m.retake_of),
-                     "others_cores_median": _r(statistics.median(cores), 3) if cores else None,
-                     "others_cores_max": _r(max(cores), 3) if cores else None,
+                     "others_cores_median": fm.rounded(statistics.median(cores), 3) if cores else None,
+                     "others_cores_max": fm.rounded(max(cores), 3) if cores else None,
                      "disturbed_ids": [m.id for m in disturbed][:200]}
     return out
 

@@ -43,10 +43,6 @@ from harness.analysis import inference as inf
 CONFIDENCE = 0.95
 
 
-def _r(x: float | None, nd: int = 4) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
 #: Family-wise error rate of the "worse than the best" claims.
 ALPHA = inf.ALPHA
 
@@ -54,19 +50,8 @@ ALPHA = inf.ALPHA
 Ratios = Mapping[str, Mapping[str, Mapping[int, float]]]
 
 
-@dataclass(frozen=True)
-class Figure:
-    """A speedup (or a ratio of two combinations) with its 95% interval over `rounds` rounds."""
-
-    estimate: float | None
-    low: float | None
-    high: float | None
-    rounds: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"estimate": _r(self.estimate), "low": _r(self.low), "high": _r(self.high), "rounds": self.rounds}
-
-
+#: A speedup (or a ratio of two combinations) with its interval: the one figure type of the analysis.
+Figure = inf.Figure
 NO_FIGURE = Figure(None, None, None, 0)
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness import formatter as fm
 from harness.hosts.access import Access, DeviceRule
 from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 from harness.hosts.environment import nvidia_smi
@@ -111,7 +112,7 @@ class Device:
 
     def line(self) -> str:
         """One line for a person: index, name, driver, memory, unified or not, software or not."""
-        mem = f"{self.memory_bytes / 2**30:,.1f} GiB" if self.memory_bytes else "memory unknown"
+        mem = f"{fm.num(self.memory_bytes / 2**30, 1)} GiB" if self.memory_bytes else "memory unknown"
         shared = {True: "unified memory", False: "own memory", None: "memory sharing unknown"}[self.unified]
         what = (f"SOFTWARE device ({self.software}: Vulkan on the CPU, not a GPU)" if self.software
                 else self.kind.replace("-", " "))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import formatter as fm
 from harness.hosts.engine import Engine
 
 BUSY_LOAD_PER_CORE = 0.5
@@ -85,11 +86,12 @@ def quiet_check(engine: Engine, run_id: str) -> dict[str, Any]:
     load = engine.load_average()
     cpus = engine.cpu_count()
     if load and load[0] > BUSY_LOAD_PER_CORE * cpus:
-        warnings.append({"kind": "busy", "sentence": f"load average {load[0]:.2f} on {cpus} CPUs: the machine "
+        warnings.append({"kind": "busy", "sentence": f"load average {fm.fixed(load[0], 2)} on {cpus} CPUs: the machine "
                          "is busy"})
     gpus = nvidia_smi(engine)
     util = max((g["utilization_pct"] or 0.0 for g in gpus), default=None) if gpus else None
     if util is not None and util > BUSY_GPU_PCT:
-        warnings.append({"kind": "gpu-busy", "sentence": f"GPU utilisation {util:.0f}% before the measurement"})
+        warnings.append({"kind": "gpu-busy",
+                         "sentence": f"GPU utilisation {fm.fixed(util, 0)}% before the measurement"})
     return {"load_average_1m": load[0] if load else None, "kit_containers": len(others) + len(running_here),
             "gpu_utilization_pct": util, "busy": bool(warnings), "warnings": warnings}

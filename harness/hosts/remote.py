@@ -39,6 +39,7 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 import docker
 from harness import KitError
+from harness import formatter as fm
 from harness.files import file_sha256, read_bounded
 from harness.formatter import console
 from harness.hosts.engine import Endpoint, Engine, LocalEngine
@@ -157,7 +158,8 @@ def open_connection(spec: str, *, port: int | None = None, key_filename: str | N
         raise KitError(f"{label}: no such host: {conn.host!r} does not resolve (check the name, or its HostName "
                        "in ~/.ssh/config)") from None
     except TimeoutError:
-        raise KitError(f"{label}: no answer within {connect_timeout:g} s (host down or port filtered?)") from None
+        raise KitError(f"{label}: no answer within {fm.plain(connect_timeout)} s "
+                       "(host down or port filtered?)") from None
     except OSError as e:
         raise KitError(f"{label}: cannot connect: {e.strerror or e}") from None
     return conn
@@ -403,7 +405,7 @@ class RemoteEngine(Engine):
         code, out = self.run_host(["stat", "-L", "-c", "%s %U", "--", path])
         size, _, owner = out.strip().partition(" ")
         have = self.remote_sha256(path)
-        what = f"{int(size) / 1e9:,.2f} GB" if code == 0 and size.isdigit() else "size unknown"
+        what = f"{fm.num(int(size) / 1e9, 2)} GB" if code == 0 and size.isdigit() else "size unknown"
         return f"{what}, owner {console(owner or '?', 64)}" + (f", sha256 {have[:12]}" if have else "")
 
     def place_models(self, local: dict[str, Path], log, upload_limit: int = 2 << 30) -> dict[str, Path]:
@@ -438,10 +440,10 @@ class RemoteEngine(Engine):
                     f"; {users} holds other bytes ({self._describe(users)}), left as it is"
                 if size > upload_limit:
                     place = users if theirs is None else sent
-                    raise KitError(f"{self.name}: models.{key}: {path.name} ({size / 1e9:.1f} GB, sha256 "
+                    raise KitError(f"{self.name}: models.{key}: {path.name} ({fm.fixed(size / 1e9, 1)} GB, sha256 "
                                    f"{want[:12]}) is not there{other}; it is too large to send over SSH: copy it "
                                    f"to {place} (scp), or make it there with `invoke models`")
-                log(f"{self.name}: sending {path.name} ({size / 1e6:.1f} MB) to {sent}" + other)
+                log(f"{self.name}: sending {path.name} ({fm.fixed(size / 1e6, 1)} MB) to {sent}" + other)
                 self._send_new(path, sent)
                 if self.remote_sha256(sent) != want:
                     raise KitError(f"{self.name}: {sent} has a different sha256 after sending it")

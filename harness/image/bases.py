@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import DOCKER, LABEL_PREFIX, KitError
+from harness import formatter as fm
 from harness.hosts.engine import Engine, EngineRefused
 from harness.image import backends
 
@@ -190,11 +191,11 @@ def registry_answers(engine: Engine, image: str = DEBIAN_IMAGE, log: Callable[[s
             outcome["done"] = True
             first.set()
 
-    log(f"base: asking the engine to pull {image} (waiting at most {answer_s:g} s for the registry)")
+    log(f"base: asking the engine to pull {image} (waiting at most {fm.plain(answer_s)} s for the registry)")
     worker = threading.Thread(target=pull, name="specbench-pull", daemon=True)
     worker.start()
     if not first.wait(answer_s):
-        log(f"base: no registry answered within {answer_s:g} s")
+        log(f"base: no registry answered within {fm.plain(answer_s)} s")
         return False  # the thread is left to the engine's own timeout
     worker.join()
     if "error" in outcome:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import KitError, schema
+from harness import formatter as fm
 from harness.files import atomic_write_text, safe_name
 from harness.formatter import console
 from harness.hosts.engine import Engine, EngineRefused, Image
@@ -75,7 +76,7 @@ def _docker_build(engine: Engine, p: BuildPlan, source: SourceTree, force: bool,
     image_id = None
     with tempfile.TemporaryFile() as ctx:
         n = write_context(source, ctx)
-        log(f"build: context {n} files, {ctx.tell() / 1e6:.0f} MB")
+        log(f"build: context {n} files, {fm.fixed(ctx.tell() / 1e6, 0)} MB")
         ctx.seek(0)
         try:
             stream = engine.build_image(ctx, p.tag, buildargs=buildargs, labels=p.labels, network="none",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import DOCKER, LABEL_PREFIX, ROOT, KitError
+from harness import formatter as fm
 from harness.files import file_sha256
 from harness.hosts.engine import Engine, EngineRefused
 from harness.image import bases
@@ -153,7 +154,7 @@ def download(arch: str, log: Callable[[str], None] = print, cache: Path = CACHE)
     missing = [w for w in wheels if not (folder / w.filename).is_file()]
     if missing:
         total = sum(w.size for w in missing) / 1e6
-        log(f"cuda base: downloading {len(missing)} CUDA {CUDA_RELEASE} wheel(s) for {arch} ({total:,.0f} MB)")
+        log(f"cuda base: downloading {len(missing)} CUDA {CUDA_RELEASE} wheel(s) for {arch} ({fm.num(total, 0)} MB)")
         with tempfile.TemporaryDirectory(prefix="cuda-wheels-", dir=folder) as tmp:
             req = Path(tmp) / "requirements.txt"
             # --hash makes pip itself refuse a file with another sha256 (hash-checking mode).
@@ -348,11 +349,11 @@ def ensure(engine: Engine, log: Callable[[str], None] = print, arch: str | None 
         started = time.monotonic()
         with tempfile.TemporaryFile() as ctx:
             n = write_devel_context(wheels, ctx, version_json(arch))
-            log(f"cuda base: making {want.builder} ({n} toolkit files, context {ctx.tell() / 1e6:,.0f} MB)")
+            log(f"cuda base: making {want.builder} ({n} toolkit files, context {fm.num(ctx.tell() / 1e6, 0)} MB)")
             ctx.seek(0)
             _build(engine, ctx, want.builder, {"DEBIAN_BUILDER": debian.builder}, {**labels,
                    f"{LABEL_PREFIX}.base": "cuda-devel"}, log, nocache=force)
-        log(f"cuda base: made {want.builder} in {time.monotonic() - started:.0f} s")
+        log(f"cuda base: made {want.builder} in {fm.fixed(time.monotonic() - started, 0)} s")
     if not have[want.runtime]:
         ctx = io.BytesIO()
         with tarfile.open(fileobj=ctx, mode="w") as tf:

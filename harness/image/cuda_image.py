@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness import formatter as fm
 from harness.hosts.devices import access_from_nodes
 from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 from harness.image import backends
@@ -66,12 +67,14 @@ class CudaImageReport:
     def lines(self) -> list[str]:
         """The report as a person reads it: one line per fact."""
         label = self.labels.get
-        out = [f"image {self.image}: {self.size_bytes / 1e6:,.0f} MB, backend {label(f'{LABEL_PREFIX}.backend', '?')}, "
+        out = [f"image {self.image}: {fm.num(self.size_bytes / 1e6, 0)} MB, "
+               f"backend {label(f'{LABEL_PREFIX}.backend', '?')}, "
                f"base {label(f'{LABEL_PREFIX}.base-image')} / {label(f'{LABEL_PREFIX}.runtime-image')}"]
         for link in self.linkage:
             out.append(f"ldd {link.path}: {len(link.resolved)} resolved, unresolved: "
                        f"{', '.join(link.unresolved) or 'none'}")
-        libs = ", ".join(f"{p.rsplit('/', 1)[-1]} ({n / 1e6:,.0f} MB)" for p, n in sorted(self.cuda_libraries.items()))
+        libs = ", ".join(f"{p.rsplit('/', 1)[-1]} ({fm.num(n / 1e6, 0)} MB)"
+                         for p, n in sorted(self.cuda_libraries.items()))
         out.append(f"CUDA libraries: {libs or 'none'}")
         out.append(f"llama-server --version: {describe_version(self.version_output, self.version_exit)}")
         out += [f"PROBLEM: {p}" for p in self.problems]

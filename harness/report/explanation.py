@@ -5,7 +5,6 @@ Markdown and drawn as plain text."""
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.files import atomic_write_bytes
+from harness.report import plotting
 
 #: Positions shown as columns of the by-position table (the plot shows them all).
 TABLE_POSITIONS = 8
@@ -130,15 +129,10 @@ def plot_positions(summary: dict[str, Any], path: Path) -> Path | None:
     strategies = [p for p in part.get("strategies", []) if p["calls"]]
     if not strategies:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     several = len(summary["hosts"]) > 1
     cols = min(4, len(strategies))
     rows = -(-len(strategies) // cols)
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
         fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.4 * rows), dpi=100, squeeze=False)
         for ax, p in zip(axes.flat, strategies, strict=False):
             for c in part.get("cells", []):
@@ -156,7 +150,7 @@ def plot_positions(summary: dict[str, Any], path: Path) -> Path | None:
             ax.set_visible(False)
         fig.suptitle(fm.visible(f"{summary['manifest']['name']}: acceptance by draft position (grey: per task)",
                                 100), fontsize=10)
-        return _save(plt, fig, path)
+        return plotting.save(plt, fig, path)
 
 
 # ---------------------------------------------------------------- request by request
@@ -218,16 +212,13 @@ def plot_requests(summary: dict[str, Any], peer: dict[str, Any] | None, path: Pa
     servers = summary["requests"]["servers"]
     if not servers:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fresh = _fresh_index(peer)
     by: dict[int, list[dict[str, Any]]] = {}
     for r in servers:
         by.setdefault(r["server"], []).append(r)
-    with plt.rc_context({"text.usetex": False}):
+    with plotting.pyplot() as plt:
+        from matplotlib.ticker import MaxNLocator
+
         fig, axes = plt.subplots(2, len(by), figsize=(max(5.0, 4.2 * len(by)), 4.6), dpi=100, squeeze=False,
                                  sharex="col")
         for col, rs in enumerate(by.values()):
@@ -248,8 +239,8 @@ def plot_requests(summary: dict[str, Any], peer: dict[str, Any] | None, path: Pa
                     for text in ax.legend(fontsize=7).get_texts():
                         text.set_parse_math(False)
             axes[1][col].set_xlabel("request index in the server", fontsize=8)
-            axes[1][col].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        return _save(plt, fig, path)
+            axes[1][col].xaxis.set_major_locator(MaxNLocator(integer=True))
+        return plotting.save(plt, fig, path)
 
 
 # ---------------------------------------------------------------- parity
@@ -292,15 +283,6 @@ PARITY_RULE = (
 
 
 # ---------------------------------------------------------------- the pieces together
-
-
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", metadata={"Software": None})
-    plt.close(fig)
-    atomic_write_bytes(path, png.getvalue())
-    return path
 
 
 def write_plots(summary: dict[str, Any], folder: Path, peers: Sequence[dict[str, Any]]) -> dict[str, Path]:

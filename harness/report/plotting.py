@@ -7,12 +7,15 @@ matplotlib says while drawing (a glyph missing from the font quotes the characte
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from harness import formatter as fm
+from harness.files import atomic_write_bytes
 
 #: Every text is drawn as it is: no mathtext, no LaTeX.
 PLAIN_TEXT = {"text.usetex": False, "text.parse_math": False}
@@ -41,3 +44,14 @@ def pyplot() -> Iterator[Any]:
             yield plt
     finally:
         logger.setLevel(level)
+
+
+def save(plt: Any, fig: Any, path: Path) -> Path:
+    """A figure as a PNG written whole (no timestamp or software name inside, so a redraw is byte for byte the
+    same), the figure closed."""
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
+    return path

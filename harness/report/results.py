@@ -5,7 +5,6 @@ run folder (names, reasons, host facts) is escaped before it goes into Markdown.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
@@ -20,7 +19,7 @@ from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
-from harness.files import atomic_write_bytes, atomic_write_text
+from harness.files import atomic_write_text
 from harness.report import builds as builds_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
@@ -591,12 +590,7 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any
     ax.set_title(f"{plotting.label(summary['manifest']['name'])}: paired decode speedup per task", parse_math=False)
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", metadata={"Software": None})
-    plt.close(fig)
-    atomic_write_bytes(path, png.getvalue())
-    return path
+    return plotting.save(plt, fig, path)
 
 
 def write(run_dirs: list[Path], out_path: Path, plot: bool = True,

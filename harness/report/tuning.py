@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.files import atomic_write_bytes
 from harness.report import plotting
 
 
@@ -233,7 +231,7 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
         ax.set_title(f"sweep {plotting.label(res['family'])} ({plotting.label(res['host'])})", parse_math=False)
         for text in ax.legend(fontsize=7).get_texts():
             text.set_parse_math(False)
-        return _save(plt, fig, path)
+        return plotting.save(plt, fig, path)
 
 
 def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
@@ -263,16 +261,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
         ax.set_title(f"serving: throughput against latency ({plotting.label(part['host'])})", parse_math=False)
         for text in ax.legend(fontsize=7).get_texts():
             text.set_parse_math(False)
-        return _save(plt, fig, path)
-
-
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", metadata={"Software": None})
-    plt.close(fig)
-    atomic_write_bytes(path, png.getvalue())
-    return path
+        return plotting.save(plt, fig, path)
 
 
 def write_plots(summary: dict[str, Any], folder: Path) -> dict[str, Path]:

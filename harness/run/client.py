@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import formatter as fm
 from harness.hosts.engine import Endpoint
 from harness.intake.manifest import Manifest, Task
 
@@ -149,7 +150,7 @@ def stream_completion(endpoint: Endpoint, body: dict[str, Any], timeout_s: float
             now = time.monotonic()
             received += len(line)
             if now > deadline:
-                raise MeasurementFailed(f"request took longer than {timeout_s:.0f} s")
+                raise MeasurementFailed(f"request took longer than {fm.fixed(timeout_s, 0)} s")
             if received > MAX_RESPONSE_BYTES:
                 raise MeasurementFailed(f"the stream exceeded {MAX_RESPONSE_BYTES >> 20} MB")
             line = line.strip()
@@ -178,7 +179,7 @@ def stream_completion(endpoint: Endpoint, body: dict[str, Any], timeout_s: float
                     break
         t_end = time.monotonic()
     except TimeoutError:
-        raise MeasurementFailed(f"request timed out after {timeout_s:.0f} s") from None
+        raise MeasurementFailed(f"request timed out after {fm.fixed(timeout_s, 0)} s") from None
     except (ConnectionError, http.client.HTTPException, OSError, json.JSONDecodeError) as e:
         raise MeasurementFailed(f"connection to the server failed: {type(e).__name__}: {e}") from None
     finally:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import KitError
+from harness import formatter as fm
 from harness.files import file_sha256
 from harness.formatter import console
 from harness.hosts import devices
@@ -100,8 +101,8 @@ def check(engine: Engine, manifest: Manifest, local_models: Path, models: bool =
     code, out = engine.run_host(["df", "-Pk", df_dir])
     if code == 0 and len(out.splitlines()) > 1:
         free = int(out.splitlines()[1].split()[3]) * 1024
-        items.append(Item("disk", free > need * 1.1, f"{free / 1e9:,.1f} GB free at {df_dir}, models need "
-                          f"{need / 1e9:,.1f} GB more", "free disk space or choose another models folder"))
+        items.append(Item("disk", free > need * 1.1, f"{fm.num(free / 1e9, 1)} GB free at {df_dir}, models need "
+                          f"{fm.num(need / 1e9, 1)} GB more", "free disk space or choose another models folder"))
     for name in manifest.build_names():  # each build's image (a manifest of one build: the one)
         if name is not None:
             found = images.find(engine, manifest.for_build(name))

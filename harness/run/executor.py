@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness import KitError
+from harness import formatter as fm
 from harness.analysis import gaps
 from harness.analysis.records import Measurement
 from harness.files import now_iso
@@ -78,8 +79,8 @@ class Progress:
             self.say(f"failed: {rec['measurement_id']}: {rec['failure']['reason']}")
         elif self.bar is None:
             tps, server = rec["client"].get("decode_tok_s"), rec["server"].get("predicted_per_second")
-            self.log(f"{rec['measurement_id']}: {'-' if tps is None else f'{tps:.1f}'} tok/s "
-                     f"(server {'-' if server is None else f'{server:.1f}'})")
+            self.log(f"{rec['measurement_id']}: {'-' if tps is None else f'{fm.fixed(tps, 1)}'} tok/s "
+                     f"(server {'-' if server is None else f'{fm.fixed(server, 1)}'})")
         if self.bar is not None:
             host = f"{rec['host']} " if self.several_hosts else ""
             self.bar.set_description(f"{host}round {rec['round']} {rec['strategy']}/{rec['task']}")

@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness import formatter as fm
 from harness.analysis.stats import DISTURBED_CORES
 from harness.hosts.engine import Engine
 
@@ -258,7 +259,7 @@ def sample(engine: Engine, container, edge: str = "start", client_on_host: bool 
 
 
 @dataclass(frozen=True)
-class Figure:
+class Window:
     """Interference over one window; `as_dict()` goes into the measurement record as `interference`."""
 
     window_s: float
@@ -288,7 +289,7 @@ def interference(before: Sample, after: Sample, disturbed_cores: float = DISTURB
     return figure(before, after, disturbed_cores).as_dict()
 
 
-def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES, what: str = "request") -> Figure:
+def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES, what: str = "request") -> Window:
     """`interference` as a typed value; `what` the window is, in its reasons."""
     window = max(after.at - before.at, 1e-9)
     reasons: list[str] = []
@@ -308,9 +309,9 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
         cores = others / window
         frac = others / (window * cpus)
         if cores + (steal or 0.0) / window > disturbed_cores:
-            reasons.append(f"other work used {cores:.2f} cores" + (f" and steal {steal / window:.2f}"
+            reasons.append(f"other work used {fm.fixed(cores, 2)} cores" + (f" and steal {fm.fixed(steal / window, 2)}"
                                                                    if steal else "") +
-                           f" on average over the {window:.2f} s {what} (limit {disturbed_cores:g})")
+                           f" on average over the {fm.fixed(window, 2)} s {what} (limit {fm.plain(disturbed_cores)})")
     throttled = None
     if before.throttle_count is not None and after.throttle_count is not None:
         throttled = after.throttle_count > before.throttle_count
@@ -330,12 +331,10 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
     util = ({"start": before.gpu_util_pct, "end": after.gpu_util_pct}
             if before.gpu_util_pct is not None or after.gpu_util_pct is not None else None)
 
-    def r(x: float | None, nd: int = 4) -> float | None:
-        return None if x is None else round(x, nd)
-
-    return Figure(r(window), cpus, r(busy), r(container), r(client), r(others), r(cores), r(frac), r(steal),
-                  after.container_source or before.container_source, freqs, throttled, apps, util, bool(reasons),
-                  reasons, r(before.cost_s + after.cost_s, 6))
+    r = fm.rounded
+    return Window(r(window, 4), cpus, r(busy, 4), r(container, 4), r(client, 4), r(others, 4), r(cores, 4),
+                  r(frac, 4), r(steal, 4), after.container_source or before.container_source, freqs, throttled, apps,
+                  util, bool(reasons), reasons, r(before.cost_s + after.cost_s, 6))
 
 
 @contextmanager

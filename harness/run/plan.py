@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import KitError
+from harness import formatter as fm
 from harness.files import display_path
 from harness.formatter import size
 from harness.image import backends, source
@@ -192,11 +193,11 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
     confirming = plan.confirm_measurements(confirm_rounds(manifest, runs), {
         s.id: (b.id if (b := manifest.baseline_for(s)) else None) for s in strats}) if plan.sweeps() else 0
     if total + added + confirming > MAX_MEASUREMENTS:
-        more = "".join(f" + {n:,} {what}" for n, what in (
+        more = "".join(f" + {fm.count(n)} {what}" for n, what in (
             (added, f"in rounds --until may add up to round {max_rounds}"),
             (confirming, "in the confirmation rounds")) if n)
-        raise KitError(f"the plan has {total:,} measurements{more}; at most {MAX_MEASUREMENTS:,} in all (fewer "
-                       "runs, rounds or confirm_rounds, or a subset)")
+        raise KitError(f"the plan has {fm.count(total)} measurements{more}; at most {fm.count(MAX_MEASUREMENTS)} in "
+                       "all (fewer runs, rounds or confirm_rounds, or a subset)")
     plan.add_rounds(1, runs)
     retakes = retakes if retakes is not None else manifest.retakes
     plan.retake_cap = retakes if retakes is not None else math.floor(RETAKE_SHARE * len(plan.items))
@@ -307,7 +308,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              *([drawn.describe()] if drawn else []),
-             f"hardware: {hw.name}, {hw.memory_bandwidth_gbs:g} GB/s ({hw.bandwidth_source})",
+             f"hardware: {hw.name}, {fm.plain(hw.memory_bandwidth_gbs)} GB/s ({hw.bandwidth_source})",
              f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
              + (f"; {len(manifest.builds)} builds of llama.cpp, each strategy on its own (below), measured in the "
                 "same rounds" if manifest.builds else f"; llama.cpp from {', '.join(manifest.llama_cpp.kinds())}"),

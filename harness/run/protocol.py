@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from harness import formatter as fm
 from harness.files import now_iso
 from harness.hosts import environment
 from harness.hosts.devices import Access, access_from_nodes
@@ -145,7 +146,7 @@ def warm_shader_cache(ctx: Context, engine: Engine, strategies: list[Any], task:
         try:
             with server:
                 run_request(ctx.manifest, short, server.endpoint, task.prompts[0].text(), with_probs=False)
-            log(f"{engine.name}: shader cache warmed for {s.id} ({time.monotonic() - t0:.0f} s, untimed)")
+            log(f"{engine.name}: shader cache warmed for {s.id} ({fm.fixed(time.monotonic() - t0, 0)} s, untimed)")
         except MeasurementFailed as e:
             if server.container is not None:  # a server that never got ready is not removed by its `with`
                 engine.remove(server.container)

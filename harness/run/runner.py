@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness import formatter as fm
 from harness.analysis import completion, sweep, tuning
 from harness.analysis import convergence as cv
 from harness.analysis.records import CellIndex, CellKey
@@ -227,7 +228,7 @@ def _check_flags(until: float | None, retakes: int | None, quiet_wait: float | N
     if retakes is not None and retakes < 0:
         raise KitError(f"--retakes: expected 0 or more, got {retakes}")
     if quiet_wait is not None and not 0 <= quiet_wait <= MAX_QUIET_WAIT_S:
-        raise KitError(f"--quiet-wait: expected 0 to {MAX_QUIET_WAIT_S} seconds, got {quiet_wait:g}")
+        raise KitError(f"--quiet-wait: expected 0 to {MAX_QUIET_WAIT_S} seconds, got {fm.plain(quiet_wait)}")
 
 
 def _say_changes(rd: RunDir, meta: runmeta.RunMeta, changes: dict[str, Any], plan: Plan,
@@ -237,7 +238,7 @@ def _say_changes(rd: RunDir, meta: runmeta.RunMeta, changes: dict[str, Any], pla
     rd.update_meta(plan=plan_meta)
     said = {"runs": lambda v: f"{v} runs per cell (rounds added after the planned ones)",
             "retake_cap": lambda v: f"at most {v} retakes in the run (those already made count)",
-            "quiet_wait_s": lambda v: f"a quiet wait of up to {v:g} s before each measurement" if v else
+            "quiet_wait_s": lambda v: f"a quiet wait of up to {fm.plain(v)} s before each measurement" if v else
             "no quiet wait"}
     log(f"resume {rd.run_id}: " + "; ".join(said[k](v) for k, v in changes.items()))
 
@@ -255,11 +256,11 @@ def converge(target: float) -> Extender:
         conv = cv.convergence(CellIndex(rd.measurements()), {s.id: s.baseline for s in meta.planned_strategies()},
                               target)
         if conv.done:
-            return None, f"until ±{target:.0%}: every cell converged after {last} rounds"
-        open_cells = ", ".join(f"{c.key.strategy}/{c.key.task}" + (f" ±{c.half_width:.0%}"
+            return None, f"until ±{fm.pct(target)}: every cell converged after {last} rounds"
+        open_cells = ", ".join(f"{c.key.strategy}/{c.key.task}" + (f" ±{fm.pct(c.half_width)}"
                                                                     if c.half_width is not None else "")
                                for c in conv.cells if not c.converged)
-        return conv.to_run, (f"until ±{target:.0%}: {len(conv.pending)} cell(s) not converged after {last} rounds: "
+        return conv.to_run, (f"until ±{fm.pct(target)}: {len(conv.pending)} cell(s) not converged after {last} rounds: "
                              f"{open_cells}")
     return decide
 
@@ -345,7 +346,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
                   access, per_build.images(records), meta.plan.quiet_wait_s or 0.0)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
-    wait = f"; waiting up to {ctx.quiet_wait_s:g} s for a quiet host before each" if ctx.quiet_wait_s else ""
+    wait = f"; waiting up to {fm.plain(ctx.quiet_wait_s)} s for a quiet host before each" if ctx.quiet_wait_s else ""
     if plan.items or drawn is None:
         log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
     if drawn is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import LABEL_PREFIX, KitError
+from harness import formatter as fm
 from harness.hosts.devices import Access
 from harness.hosts.engine import Endpoint, Engine, Mount
 from harness.image import backends
@@ -116,8 +117,8 @@ def wait_ready(engine: Engine, container, endpoint: Endpoint, timeout_s: float) 
                                         tail, "load")
             next_status_check = now + 0.25
         if now - start > timeout_s:
-            raise MeasurementFailed(f"server not ready after {timeout_s:.0f} s", engine.logs(container, LOG_TAIL_LINES),
-                                    "load")
+            raise MeasurementFailed(f"server not ready after {fm.fixed(timeout_s, 0)} s",
+                                    engine.logs(container, LOG_TAIL_LINES), "load")
         time.sleep(HEALTH_POLL_S)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness import KitError
+from harness import formatter as fm
 from harness.intake.manifest import STUDY_TEMPERATURE, Distribution, Manifest, Prompt, Strategy, Task, study
 
 #: What each arm is, in the order a prompt's arms are listed: the strategy, its baseline with the same seeds, the
@@ -85,8 +86,9 @@ class Study:
         kind, value = d.control
         n_strategies = sum(a.role == "strategy" for a in self.arms)
         hosts = f" x {len(self.hosts)} hosts" if len(self.hosts) > 1 else ""
-        return (f"sampling study at temperature {d.temperature:g}" + (f", top-k {d.top_k}" if d.top_k else "")
-                + f" (control: {kind.replace('_', '-')} {value:g}): {_n(n_strategies, 'strategy', 'strategies')} "
+        return (f"sampling study at temperature {fm.plain(d.temperature)}" + (f", top-k {d.top_k}" if d.top_k else "")
+                + f" (control: {kind.replace('_', '-')} {fm.plain(value)}): "
+                f"{_n(n_strategies, 'strategy', 'strategies')} "
                 f"and {len(self.arms) - n_strategies} baseline arms x {_n(len(self.prompts), 'prompt')}{hosts} x "
                 f"{d.samples} samples of {d.tokens} tokens = {self.requests} requests in "
                 f"{_n(len(self.batches), 'batch', 'batches')} ({_n(self.rounds, 'round')}), one fresh server per "

@@ -24,7 +24,7 @@ from typing import Any
 
 from harness import ROOT, KitError
 from harness.files import file_sha256, now_iso, sha256_bytes
-from harness.report import results as report
+from harness.report import results as rp
 from harness.schema import FORMAT_VERSIONS
 from harness.store import archive
 from harness.store.rundir import MEASUREMENTS_FILE, RUN_FILE, SAMPLES_FILE, RunDir
@@ -74,7 +74,7 @@ def make(run_dir: Path, out: Path | None = None, manifest_dir: Path | None = Non
                                f"({p.sha256}): the prompt was edited since")
             files[f"manifest/{rel}"] = data
     with tempfile.TemporaryDirectory() as tmp:
-        report.write([rd.path], Path(tmp) / "RESULTS.md", plot=False)
+        rp.write([rd.path], Path(tmp) / "RESULTS.md", plot=False)
         files["RESULTS.md"] = (Path(tmp) / "RESULTS.md").read_bytes()
     for fname in (RUN_FILE, MEASUREMENTS_FILE, "summary.json"):
         # a sampling study drawn alone records no measurement: its measurements file is empty

@@ -12,7 +12,7 @@ from typing import Any
 
 from harness import KitError
 from harness.analysis import compare as cmp
-from harness.analysis import reproduction as rp
+from harness.analysis import reproduction as repro
 from harness.analysis.records import CellKey
 from harness.files import now_iso
 from harness.formatter import console
@@ -20,8 +20,8 @@ from harness.hosts.engine import LocalEngine
 from harness.image import builds
 from harness.intake import manifest as mf
 from harness.intake import trust
-from harness.models import ensure as models
-from harness.report import results as report
+from harness.models import ensure as md
+from harness.report import results as rp
 from harness.run import runner
 from harness.share.bundle import open_bundle
 from harness.store.rundir import RunDir
@@ -29,7 +29,7 @@ from harness.store.rundir import RunDir
 
 def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[str], None] = print,
               progress: bool = True, engines=None, trust_source: bool = False,
-              margin: float = rp.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None,
+              margin: float = repro.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None,
               cell_margin: float | None = None) -> dict[str, Any]:
     """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one, each
     strategy's geometric mean of B/A against ±margin and each cell's against ±cell_margin (default twice the
@@ -53,7 +53,7 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     trusted = trust.decide(mf.load(manifest_path), trust_source)  # once: the build and the run are handed it
     manifest = trusted.manifest
     engines = engines or [LocalEngine()]  # an engine that does not answer is reported before any download
-    models.ensure(manifest, models_dir, download=True, log=log)
+    md.ensure(manifest, models_dir, download=True, log=log)
     for e in engines:
         for name, rec in builds.build_each(e, trusted, log=log, host=e.name):  # every build the manifest names
             log(f"reproduce: {f'build {name}: ' if name else ''}image {rec['tag']} on {e.name} "
@@ -73,10 +73,10 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     if original is not None:
         comparison = cmp.compare(original, new, margin, cell_margin)
         result["comparison"] = comparison
-        report.write([new], workdir / "RESULTS.md", comparison=comparison)
+        rp.write([new], workdir / "RESULTS.md", comparison=comparison)
         (workdir / "compare.json").write_text(json.dumps(comparison.as_dict(), indent=2) + "\n")
     else:
-        report.write([new], workdir / "RESULTS.md")
+        rp.write([new], workdir / "RESULTS.md")
     return result
 
 
@@ -97,15 +97,15 @@ def decided(original: Path, margin: float, cell_margin: float | None = None) -> 
     mean is inconclusive), with their baselines, until the verdict is reproduces or differs."""
     def decide(rd: RunDir, last: int) -> tuple[list[CellKey] | None, str]:
         res = cmp.compare(original, rd.path, margin, cell_margin)
-        if res.call in (rp.Call.REPRODUCES, rp.Call.DIFFERS, rp.Call.NOT_COMPARABLE):
+        if res.call in (repro.Call.REPRODUCES, repro.Call.DIFFERS, repro.Call.NOT_COMPARABLE):
             return None, f"reproduce --until: {res.call.value} after {last} rounds here"
-        open_strategies = {(g.host, g.strategy) for g in res.geomeans if g.call is rp.Call.INCONCLUSIVE}
+        open_strategies = {(g.host, g.strategy) for g in res.geomeans if g.call is repro.Call.INCONCLUSIVE}
         meta = rd.read_meta()
         base = {s.id: s.baseline for s in meta.planned_strategies()}
         cells: list[CellKey] = []
         for r in res.rows:
-            if r.call is rp.Call.INCONCLUSIVE or ((r.host, r.strategy) in open_strategies
-                                                  and r.call is rp.Call.REPRODUCES):
+            if r.call is repro.Call.INCONCLUSIVE or ((r.host, r.strategy) in open_strategies
+                                                  and r.call is repro.Call.REPRODUCES):
                 host = res.host_b.get(r.host) or r.host
                 for s in (r.strategy, base.get(r.strategy)):
                     key = CellKey(host, s, r.task) if s else None

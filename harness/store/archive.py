@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness import KitError
+from harness import formatter as fm
 from harness.files import read_bounded
 
 
@@ -47,7 +48,7 @@ def check_members(tf: tarfile.TarFile, source: str, limits: Limits) -> list[tupl
     total = 0
     for i, m in enumerate(tf):
         if i >= limits.members:
-            raise KitError(f"{source}: more than {limits.members:,} members; refusing to extract")
+            raise KitError(f"{source}: more than {fm.count(limits.members)} members; refusing to extract")
         rel = member_name(m.name)
         if rel is None:
             raise KitError(f"{source}: member {m.name[:120]!r} is not a relative path inside the archive")
@@ -55,11 +56,11 @@ def check_members(tf: tarfile.TarFile, source: str, limits: Limits) -> list[tupl
             kind = "a link" if m.issym() or m.islnk() else "a device or FIFO" if m.isdev() or m.isfifo() else "special"
             raise KitError(f"{source}: member {m.name[:120]!r} is {kind}; only files and folders are extracted")
         if m.size > limits.member_bytes:
-            raise KitError(f"{source}: member {m.name[:120]!r} is {m.size:,} bytes; at most "
-                           f"{limits.member_bytes:,} per member")
+            raise KitError(f"{source}: member {m.name[:120]!r} is {fm.count(m.size)} bytes; at most "
+                           f"{fm.count(limits.member_bytes)} per member")
         total += m.size
         if total > limits.total_bytes:
-            raise KitError(f"{source}: more than {limits.total_bytes:,} bytes in all; refusing to extract")
+            raise KitError(f"{source}: more than {fm.count(limits.total_bytes)} bytes in all; refusing to extract")
         out.append((m, rel))
     return out
 

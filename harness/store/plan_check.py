@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness import KitError
+from harness import formatter as fm
 from harness.intake.builds import BUILD_PART
 from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
 
@@ -54,7 +55,7 @@ def plan_problem(meta: RunMeta) -> str | None:
             return f"{where}.cells: a cell is listed twice"
         total += sum(prompts[c[2]] for c in listed)
         if total > MAX_MEASUREMENTS:
-            return f"{where}: the plan and its added rounds make more than {MAX_MEASUREMENTS:,} measurements"
+            return f"{where}: the plan and its added rounds make more than {fm.count(MAX_MEASUREMENTS)} measurements"
         if x.get("purpose") == "confirm":
             problem = _confirmation(meta, x, plan.extra_rounds[k - 1] if k and confirm_at != x["round"] else None)
         elif confirm_at is not None and x["round"] > confirm_at:
@@ -175,7 +176,8 @@ def _study_problem(meta: RunMeta) -> str | None:
     per_host = len(d["prompts"]) * len(arms)
     requests = per_host * d["samples"] * len(meta.plan.hosts)
     if requests > MAX_MEASUREMENTS:
-        return f"plan.distribution: {requests:,} requests; a run draws at most {MAX_MEASUREMENTS:,} samples"
+        return (f"plan.distribution: {fm.count(requests)} requests; a run draws at most "
+                f"{fm.count(MAX_MEASUREMENTS)} samples")
     batches = per_host * math.ceil(d["samples"] / d["batch"]) * len(meta.plan.hosts)
     for key, made in (("batches", batches), ("requests", requests)):
         if d.get(key, made) != made:

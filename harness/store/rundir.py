@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import KitError, schema
+from harness import formatter as fm
 from harness.files import atomic_write_text
 from harness.store import plan_check
 from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
@@ -40,8 +41,8 @@ def _bound_extra_rounds(obj: object, where: str) -> None:
     if isinstance(extra, list):
         cells = sum(len(x["cells"]) for x in extra if isinstance(x, dict) and isinstance(x.get("cells"), list))
         if cells > MAX_MEASUREMENTS:
-            raise KitError(f"{where}: plan.extra_rounds: {cells:,} cells; a run measures at most "
-                           f"{MAX_MEASUREMENTS:,} times in all")
+            raise KitError(f"{where}: plan.extra_rounds: {fm.count(cells)} cells; a run measures at most "
+                           f"{fm.count(MAX_MEASUREMENTS)} times in all")
 
 
 def new_run_id(manifest_name: str) -> str:
@@ -89,7 +90,7 @@ class RunDir:
             raise KitError(f"results folder {results_dir} is not writable: {e.strerror or e}") from None
         free = shutil.disk_usage(results_dir).free
         if free < MIN_FREE_BYTES:
-            raise KitError(f"results folder {results_dir} has {free / 1024:,.0f} kB free; a run needs at least "
+            raise KitError(f"results folder {results_dir} has {fm.num(free / 1024, 0)} kB free; a run needs at least "
                            f"{MIN_FREE_BYTES >> 20} MB: free some space or pass --results elsewhere")
         path = results_dir / run_id
         if path.exists():
