@@ -300,7 +300,7 @@ def test_until_adds_rounds_until_every_cell_converges(world, models_dir):
     meta = RunDir.open(world / "r" / "fake").read_meta()
     rounds = {r["round"] for r in records(world)}
     assert rounds == set(range(1, 6))  # 2 planned, then rounds up to the fewest a cell may converge with (5)
-    assert [x["round"] for x in meta.plan.extra_rounds] == [3, 4, 5] and meta.plan.until == 0.5
+    assert [x.round for x in meta.plan.extra_rounds] == [3, 4, 5] and meta.plan.until == 0.5
     assert "until ±50%: every cell converged after 5 rounds" in lines and f"{5 * CELLS} ok" in out
 
 
@@ -323,7 +323,7 @@ def test_an_interrupted_until_run_resumes_the_rounds_it_had_decided_on(world, mo
     with pytest.raises(KitError, match="interrupted"):
         run_demo(world, models_dir, [fake(speed=_wild, on_start=stop_in_round_four)], until=0.5, max_rounds=5)
     meta = RunDir.open(world / "r" / "fake").read_meta()
-    assert [x["round"] for x in meta.plan.extra_rounds] == [3, 4] and meta.status == "interrupted"
+    assert [x.round for x in meta.plan.extra_rounds] == [3, 4] and meta.status == "interrupted"
     lines: list[str] = []
     run_demo(world, models_dir, [fake(speed=_wild)], lines, resume="fake")
     recs = records(world)

@@ -92,8 +92,8 @@ def test_a_sweeps_winner_is_compared_at_every_level_in_the_confirmation_rounds(w
     assert "run sw: 48 ok, 0 failed" in out  # 4 strategies x 2 tasks x 3 rounds, then 3 rounds of all four
     rd = RunDir.open(world / "r" / "sw")
     meta = rd.read_meta()
-    confirm = [x for x in meta.plan.extra_rounds if x.get("purpose") == "confirm"]
-    assert {c[1] for x in confirm for c in x["cells"]} == {"baseline", "baseline[parallel=2]",
+    confirm = [x for x in meta.plan.extra_rounds if x.confirms]
+    assert {c[1] for x in confirm for c in x.cells} == {"baseline", "baseline[parallel=2]",
                                                            "ngram-simple[size-n=2]", "ngram-simple[size-n=4]"}
     part = tuning.summary(meta, CellIndex(rd.measurements()))["serving"][0]
     winner = next(c for c in part["crossovers"] if c["strategy"].startswith("ngram-simple["))

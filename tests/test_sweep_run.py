@@ -37,9 +37,9 @@ def test_sweep_with_confirmation_and_serving_curve(tmp_path, demo_image, models_
     assert any("sweep ngram-simple: confirming ngram-simple[size-n=" in x for x in lines), lines
     rd = RunDir.open(tmp_path / "r" / "sw")
     meta = rd.read_meta()
-    confirm = [x for x in meta.plan.extra_rounds if x.get("purpose") == "confirm"]
-    assert meta.plan.confirm_rounds == 1 and [x["round"] for x in confirm] == [3]
-    assert {c[1] for c in confirm[0]["cells"]} == {"ngram-simple[size-n=2]", "ngram-simple[size-n=4]", "baseline",
+    confirm = [x for x in meta.plan.extra_rounds if x.confirms]
+    assert meta.plan.confirm_rounds == 1 and [x.round for x in confirm] == [3]
+    assert {c[1] for c in confirm[0].cells} == {"ngram-simple[size-n=2]", "ngram-simple[size-n=4]", "baseline",
                                                    "baseline[parallel=2]"}
     recs = rd.measurements()
     assert all(schema.errors("result", r) == [] for r in recs)

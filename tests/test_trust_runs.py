@@ -20,6 +20,7 @@ from harness.analysis.summary import summarize
 from harness.report import compare as compare_words
 from harness.report import results as rp
 from harness.store.rundir import RunDir
+from harness.store.runmeta import AddedRound
 from tests.crafted import DEMO_RUN, one_line
 
 SWEEP_RUN = ROOT / "results" / "real-gemma3-270m-sweep"
@@ -93,6 +94,14 @@ def _purpose_removed(meta: dict, recs: list[dict]) -> None:
         x.pop("combinations")
 
 
+def _purpose_unknown(meta: dict, recs: list[dict]) -> None:
+    _confirm_cells(meta)[0]["purpose"] = ["confirm"]
+
+
+def _combinations_not_ids(meta: dict, recs: list[dict]) -> None:
+    _confirm_cells(meta)[0]["combinations"] = 5
+
+
 def _confirmation_read_as_until(meta: dict, recs: list[dict]) -> None:
     _purpose_removed(meta, recs)
     meta["plan"]["max_rounds"] = 20  # now they read as rounds --until added
@@ -131,6 +140,8 @@ def _many_cells(meta: dict, recs: list[dict]) -> None:
     (_retake_undisturbed, "names a measurement that counts (ok, not disturbed)"),
     (_confirm_in_round_1, "run.json: plan.extra_rounds[0].round: 1, expected 4"),
     (_purpose_removed, "plan.extra_rounds[0]: a round added after the planned ones, but the run could add none"),
+    (_purpose_unknown, "run.json: plan.extra_rounds[0].purpose: ['confirm'], expected 'confirm' or none"),
+    (_combinations_not_ids, "run.json: plan.extra_rounds[0].combinations: expected a list of strategy ids"),
     (_confirmation_read_as_until, "plan.extra_rounds: a complete run of a sweep whose added rounds include no "
                                   "confirmation round (purpose: confirm), though plan.confirm_rounds is 3"),
     (_level_changed, "strategy 'baseline[parallel=4]' is measured at 1"),
@@ -210,5 +221,5 @@ def test_run_json_is_read_once_however_often_it_is_asked(sandbox, monkeypatch):
     rd.read_meta()
     assert len(reads) == 1
     meta = rd.read_meta()
-    meta.plan.extra_rounds.append({"round": 99, "cells": []})  # a caller's copy: the next read is unchanged
+    meta.plan.extra_rounds.append(AddedRound(99, ()))  # a caller's copy: the next read is unchanged
     assert rd.read_meta().plan.extra_rounds == []

@@ -88,8 +88,8 @@ def test_aa_control_and_until(tmp_path, demo_image, models_dir):
     assert 2 <= rounds <= 5 and "ok" in out
     # extra rounds ran only cells not converged yet, with their baselines, as recorded in run.json
     for extra in meta.plan.extra_rounds:
-        ran = {(r["host"], r["strategy"], r["task"]) for r in recs if r["round"] == extra["round"]}
-        assert ran == {tuple(c) for c in extra["cells"]}
+        ran = {(r["host"], r["strategy"], r["task"]) for r in recs if r["round"] == extra.round}
+        assert ran == set(extra.cells)
     s = summarize(rd)
     aa = next(c for c in s["cells"] if c["strategy"] == "baseline-aa")
     assert aa["speedup"] is not None and aa["verdict"]["kind"] in ("equivalent", "not significant", "faster",

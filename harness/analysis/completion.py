@@ -57,7 +57,7 @@ def planned_slots(meta: RunMeta) -> set[gaps.Slot]:
     out = {(h, s, t, p, r) for h in meta.plan.hosts for s in meta.plan.strategies for t in meta.plan.tasks
            for p in prompts[t] for r in range(1, meta.plan.runs + 1)}
     for x in meta.plan.extra_rounds:
-        out |= {(h, s, t, p, x["round"]) for h, s, t in x["cells"] for p in prompts.get(t, [])}
+        out |= {(h, s, t, p, x.round) for h, s, t in x.cells for p in prompts.get(t, [])}
     return out
 
 

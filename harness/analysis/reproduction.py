@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -260,21 +260,16 @@ def _geomean_rows(rows: list[Row], margin: float) -> list[Row]:
 def _judge(rows: list[Row]) -> tuple[list[Row], int]:
     """Each row's call against its own band: differs as one Holm family over every row with an interval,
     reproduces by two one-sided tests."""
-    judged = [r for r in rows if r.est is not None]
-    p_out = [r.est.p_outside(math.log1p(r.margin)) for r in judged]
-    adj = dict(zip(map(id, judged), inf.holm_adjusted(p_out), strict=True)) if judged else {}
-    raw = dict(zip(map(id, judged), p_out, strict=True))
-    out = []
-    for r in rows:
-        if r.est is None:
-            out.append(r)
-            continue
+    at = [i for i, r in enumerate(rows) if r.est is not None]
+    p_out = [rows[i].est.p_outside(math.log1p(rows[i].margin)) for i in at]
+    adjusted = inf.holm_adjusted(p_out) if at else []
+    out = list(rows)
+    for i, p_o, p_adj in zip(at, p_out, adjusted, strict=True):
+        r = rows[i]
         pw = r.est.p_within(math.log1p(r.margin))
-        call = Call.DIFFERS if adj[id(r)] <= inf.ALPHA else Call.REPRODUCES if pw <= inf.ALPHA else \
-            Call.INCONCLUSIVE
-        out.append(Row(**{**r.__dict__, "call": call, "p_within": pw, "p_outside": raw[id(r)],
-                          "p_adjusted": adj[id(r)]}))
-    return out, len(judged)
+        call = Call.DIFFERS if p_adj <= inf.ALPHA else Call.REPRODUCES if pw <= inf.ALPHA else Call.INCONCLUSIVE
+        out[i] = replace(r, call=call, p_within=pw, p_outside=p_o, p_adjusted=p_adj)
+    return out, len(at)
 
 
 def reproduction(a: RunStats, b: RunStats, margin: float = REPRODUCE_MARGIN,

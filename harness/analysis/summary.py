@@ -253,7 +253,7 @@ def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict[s
 
 def _extra_planned(meta: RunMeta) -> int:
     prompts = {t.id: len(t.prompts) for t in meta.tasks}
-    return sum(prompts.get(task, 1) for x in meta.plan.extra_rounds for _, _, task in x["cells"])
+    return sum(prompts.get(task, 1) for x in meta.plan.extra_rounds for _, _, task in x.cells)
 
 
 def _convergence(meta: RunMeta, index: CellIndex, baselines: dict[str, str | None]) -> dict | None:

@@ -36,7 +36,7 @@ def swept(meta: RunMeta) -> dict[str, list[StrategyMeta]]:
 
 def confirmed(meta: RunMeta, host: str, members: list[str]) -> list[str]:
     """The combinations of one sweep the run confirmed on a host, best first (as the run chose them)."""
-    cells = [c for x in meta.plan.extra_rounds if x.get("purpose") == "confirm" for c in x["cells"]]
+    cells = [c for x in meta.plan.extra_rounds if x.confirms for c in x.cells]
     return list(dict.fromkeys(c[1] for c in cells if c[0] == host and c[1] in members))
 
 
@@ -138,7 +138,7 @@ def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
     winners = {r.family: (r.confirmation.winner if r.confirmation else r.overall.best if r.overall else None)
                for r in results}
     confirmed_families = {r.family for r in results if r.confirmation}
-    confirm_rounds = sorted({x["round"] for x in meta.plan.extra_rounds if x.get("purpose") == "confirm"})
+    confirm_rounds = sorted({x.round for x in meta.plan.extra_rounds if x.confirms})
     out = []
     for host in meta.plan.hosts:
         by: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -188,8 +188,7 @@ def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
         out["rules_sweep"] = SWEEP_RULE
         first = meta.plan.confirm_from()
         if first is not None:
-            out["confirmation_rounds"] = sorted({x["round"] for x in meta.plan.extra_rounds
-                                                 if x.get("purpose") == "confirm"})
+            out["confirmation_rounds"] = sorted({x.round for x in meta.plan.extra_rounds if x.confirms})
             out["selection_rounds"] = sorted({m.round for m in index.measurements if m.round < first})
     curves = serving_results(meta, index)
     if curves:

@@ -56,7 +56,7 @@ def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | N
             raise KitError(f"--runs {runs}: run {rd.run_id} planned {p.runs} runs per cell; a resume adds rounds, "
                            "it removes none")
         if p.extra_rounds:
-            why = " and ".join(sorted({"confirmation" if x.get("purpose") == "confirm" else "--until"
+            why = " and ".join(sorted({"confirmation" if x.confirms else "--until"
                                        for x in p.extra_rounds}))
             raise KitError(f"--runs {runs}: run {rd.run_id} has rounds after its {p.runs} planned ones ({why}), so "
                            f"its planned runs cannot grow; start a new run with --runs {runs}")
@@ -354,7 +354,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
                         seed=plan.shuffle_seed, baselines={s.id: s.baseline for s in meta.planned_strategies()})
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)
-        plan.add_rounds(extra["round"], extra["round"], {tuple(c) for c in extra["cells"]})
+        plan.add_rounds(extra.round, extra.round, set(extra.cells))
     try:
         if backends.get(ctx.backend).shader_cache and plan.items:
             for e in engines:
@@ -417,7 +417,7 @@ def _extend(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int], 
             log(f"{why}; stopped at the cap of {cap} rounds")
             return
         meta = rd.read_meta()
-        meta.plan.extra_rounds.append({"round": last + 1, "cells": [list(k) for k in cells]})
+        meta.plan.extra_rounds.append(runmeta.AddedRound(last + 1, tuple((h, s, t) for h, s, t in cells)))
         rd.update_meta(plan=meta.plan)
         log(f"{why}; round {last + 1} for {len(cells)} cell(s)")
         more = executor.execute(plan.add_rounds(last + 1, last + 1, {tuple(c) for c in cells}))
@@ -454,8 +454,8 @@ def _confirm(plan: Plan, executor: Executor, rd: RunDir, counts: dict[str, int],
     first = max((i.round for i in plan.items), default=0) + 1
     last = first + meta.plan.confirm_rounds - 1
     for r in range(first, last + 1):
-        meta.plan.extra_rounds.append({"round": r, "cells": cells, "purpose": "confirm",
-                                       "combinations": list(dict.fromkeys(chosen))})
+        meta.plan.extra_rounds.append(runmeta.AddedRound(r, tuple((h, s, t) for h, s, t in cells), runmeta.CONFIRM,
+                                                         tuple(dict.fromkeys(chosen))))
     rd.update_meta(plan=meta.plan)
     more = executor.execute(plan.add_rounds(first, last, {tuple(c) for c in cells}))
     for k in ("ok", "failed", "retakes"):

@@ -26,7 +26,7 @@ from typing import Any
 from harness import KitError
 from harness import formatter as fm
 from harness.intake.builds import BUILD_PART
-from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
+from harness.store.runmeta import MAX_MEASUREMENTS, AddedRound, RunMeta
 
 
 def plan_problem(meta: RunMeta) -> str | None:
@@ -44,10 +44,10 @@ def plan_problem(meta: RunMeta) -> str | None:
     total = plan.measurements
     for k, x in enumerate(plan.extra_rounds):
         where = f"plan.extra_rounds[{k}]"
-        if x["round"] != plan.runs + 1 + k:
-            return (f"{where}.round: {x['round']}, expected {plan.runs + 1 + k} (the rounds a run adds follow its "
+        if x.round != plan.runs + 1 + k:
+            return (f"{where}.round: {x.round}, expected {plan.runs + 1 + k} (the rounds a run adds follow its "
                     f"{plan.runs} planned ones, one after another)")
-        listed = [tuple(c) for c in x["cells"]]
+        listed = list(x.cells)
         bad = next((c for c in listed if c not in cells), None)
         if bad is not None:
             return f"{where}.cells: {list(bad)!r} is not a cell of the plan (its hosts, strategies and tasks)"
@@ -56,25 +56,25 @@ def plan_problem(meta: RunMeta) -> str | None:
         total += sum(prompts[c[2]] for c in listed)
         if total > MAX_MEASUREMENTS:
             return f"{where}: the plan and its added rounds make more than {fm.count(MAX_MEASUREMENTS)} measurements"
-        if x.get("purpose") == "confirm":
-            problem = _confirmation(meta, x, plan.extra_rounds[k - 1] if k and confirm_at != x["round"] else None)
-        elif confirm_at is not None and x["round"] > confirm_at:
+        if x.confirms:
+            problem = _confirmation(meta, x, plan.extra_rounds[k - 1] if k and confirm_at != x.round else None)
+        elif confirm_at is not None and x.round > confirm_at:
             problem = "a round added after the confirmation rounds, which come last"
         elif plan.max_rounds is None:
             problem = "a round added after the planned ones, but the run could add none (no --until: plan.max_rounds)"
-        elif x["round"] > plan.max_rounds:
-            problem = f"round {x['round']} beyond the run's cap of {plan.max_rounds} rounds (plan.max_rounds)"
+        elif x.round > plan.max_rounds:
+            problem = f"round {x.round} beyond the run's cap of {plan.max_rounds} rounds (plan.max_rounds)"
         else:
             problem = None
         if problem:
             return f"{where}: {problem}"
     swept = any(s.sweep for s in meta.planned_strategies())
     if (confirm_at is None and swept and plan.confirm_rounds and meta.status == "complete"
-            and any(x.get("purpose") != "confirm" for x in plan.extra_rounds)):
+            and any(not x.confirms for x in plan.extra_rounds)):
         return ("plan.extra_rounds: a complete run of a sweep whose added rounds include no confirmation round "
                 f"(purpose: confirm), though plan.confirm_rounds is {plan.confirm_rounds}")
-    if confirm_at is not None and plan.extra_rounds[-1]["round"] - confirm_at + 1 != plan.confirm_rounds:
-        n = plan.extra_rounds[-1]["round"] - confirm_at + 1
+    if confirm_at is not None and plan.extra_rounds[-1].round - confirm_at + 1 != plan.confirm_rounds:
+        n = plan.extra_rounds[-1].round - confirm_at + 1
         return f"plan.extra_rounds: {n} confirmation rounds, but plan.confirm_rounds is {plan.confirm_rounds}"
     return _strategies_problem(meta) or _builds_problem(meta) or _study_problem(meta)
 
@@ -111,20 +111,20 @@ def _builds_problem(meta: RunMeta) -> str | None:
     return None
 
 
-def _confirmation(meta: RunMeta, x: dict[str, Any], before: dict[str, Any] | None) -> str | None:
+def _confirmation(meta: RunMeta, x: AddedRound, before: AddedRound | None) -> str | None:
     """A confirmation round: the combinations it names (at most two per sweep and host, of a sweep the run made),
     each at the levels of its entry, with the baselines they pair with at every level of theirs, every named one
     measured, the same in every confirmation round."""
-    if before is not None and (before["cells"] != x["cells"] or before.get("combinations") != x.get("combinations")):
+    if before is not None and (before.cells != x.cells or before.combinations != x.combinations):
         return "the confirmation rounds measure different cells; every one measures the same"
     by_id = {s.id: s for s in meta.planned_strategies()}
-    combos = x.get("combinations")
+    combos = x.combinations
     if combos is None:  # the cells say which: each sweep member they list
-        combos = list(dict.fromkeys(c[1] for c in x["cells"] if c[1] in by_id and by_id[c[1]].sweep))
+        combos = tuple(dict.fromkeys(c[1] for c in x.cells if c[1] in by_id and by_id[c[1]].sweep))
     if len(set(combos)) != len(combos) or not all(c in by_id and by_id[c].sweep for c in combos):
-        return f"combinations: {combos!r} are not distinct combinations of one of the run's sweeps"
+        return f"combinations: {list(combos)!r} are not distinct combinations of one of the run's sweeps"
     chosen: dict[tuple[str, str], set[tuple]] = {}  # (host, family) -> the swept values confirmed there
-    for host, sid, _ in x["cells"]:
+    for host, sid, _ in x.cells:
         if sid in by_id and by_id[sid].sweep:
             chosen.setdefault((host, by_id[sid].family_id), set()).add(by_id[sid].sweep)
     if any(len(values) > 2 for values in chosen.values()):
@@ -135,7 +135,7 @@ def _confirmation(meta: RunMeta, x: dict[str, Any], before: dict[str, Any] | Non
         allowed |= {s.id for s in levels}
         bases = {by_id[b].family_id for s in levels if (b := s.baseline) in by_id}
         allowed |= {s.id for s in by_id.values() if s.family_id in bases}
-    listed = {c[1] for c in x["cells"]}
+    listed = {c[1] for c in x.cells}
     if not listed <= allowed:
         return (f"cells: {sorted(listed - allowed)[0]!r} is neither a confirmed combination (at a level of its "
                 "entry) nor a baseline one pairs with")
@@ -249,12 +249,12 @@ def record_problem(meta: RunMeta, rec: dict[str, Any], seen: dict[str, dict[str,
     if rec.get("run_index", rnd) != rnd:
         return f"run_index {rec.get('run_index')!r} differs from its round {rnd!r}"
     if not 1 <= rnd <= plan.runs:
-        extra = next((x for x in plan.extra_rounds if x["round"] == rnd), None)
+        extra = next((x for x in plan.extra_rounds if x.round == rnd), None)
         if extra is None:
             return f"round {rnd} is not one the run planned (rounds 1 to {plan.runs}" + \
-                (f" and the added rounds {plan.runs + 1} to {plan.extra_rounds[-1]['round']})"
+                (f" and the added rounds {plan.runs + 1} to {plan.extra_rounds[-1].round})"
                  if plan.extra_rounds else ")")
-        if [rec["host"], rec["strategy"], rec["task"]] not in extra["cells"]:
+        if (rec["host"], rec["strategy"], rec["task"]) not in extra.cells:
             return f"round {rnd} does not measure {rec['strategy']}/{rec['task']} (run.json plan.extra_rounds)"
     if rec["measurement_id"] in seen:
         return f"measurement id {rec['measurement_id']!r} appears twice"

@@ -50,6 +50,45 @@ class TaskMeta:
     perturbation: bool = False
 
 
+#: The purpose of the rounds that confirm a sweep's best combinations.
+CONFIRM = "confirm"
+
+
+@dataclass(frozen=True)
+class AddedRound:
+    """A round added after the planned ones with the cells it measures ([host, strategy, task]): by --until
+    (purpose None), or one of the confirmation rounds after a sweep (purpose "confirm", naming the combinations it
+    confirms)."""
+
+    round: int
+    cells: tuple[tuple[str, str, str], ...]
+    purpose: str | None = None
+    combinations: tuple[str, ...] | None = None
+
+    @property
+    def confirms(self) -> bool:
+        return self.purpose == CONFIRM
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"round": self.round, "cells": [list(c) for c in self.cells]}
+        if self.purpose is not None:
+            out["purpose"] = self.purpose
+        if self.combinations is not None:
+            out["combinations"] = list(self.combinations)
+        return out
+
+    @classmethod
+    def from_json(cls, x: dict[str, Any], where: str) -> AddedRound:
+        """One entry of plan.extra_rounds, its round and cells checked by the schema."""
+        purpose, combos = x.get("purpose"), x.get("combinations")
+        if purpose is not None and purpose != CONFIRM:
+            raise KitError(f"{where}.purpose: {purpose!r}, expected {CONFIRM!r} or none")
+        if combos is not None and not (isinstance(combos, list) and all(isinstance(c, str) for c in combos)):
+            raise KitError(f"{where}.combinations: expected a list of strategy ids")
+        return cls(x["round"], tuple((h, s, t) for h, s, t in x["cells"]), purpose,
+                   None if combos is None else tuple(combos))
+
+
 @dataclass(frozen=True)
 class PlanMeta:
     strategies: list[str]
@@ -65,7 +104,7 @@ class PlanMeta:
     retake_cap: int | None = None
     #: Rounds added after the planned ones, each with the cells it runs ([host, strategy, task]), in order: by
     #: --until, or (with "purpose": "confirm") the confirmation of a sweep's best two combinations.
-    extra_rounds: list[dict[str, Any]] = field(default_factory=list)
+    extra_rounds: list[AddedRound] = field(default_factory=list)
     #: Confirmation rounds after a sweep (0: none).
     confirm_rounds: int = 0
     #: Before each timed request, wait at most this long for other work on the host to fall below the disturbance
@@ -76,7 +115,7 @@ class PlanMeta:
 
     def confirm_from(self) -> int | None:
         """The first confirmation round, None when none was added."""
-        return next((x["round"] for x in self.extra_rounds if x.get("purpose") == "confirm"), None)
+        return next((x.round for x in self.extra_rounds if x.confirms), None)
 
 
 @dataclass
@@ -136,6 +175,7 @@ class RunMeta:
             del out["builds"]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
+        out["plan"]["extra_rounds"] = [x.to_json() for x in self.plan.extra_rounds]
         if out["plan"]["distribution"] is None:  # a run without a sampling study keeps the file it always had
             del out["plan"]["distribution"]
         order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
@@ -159,7 +199,8 @@ class RunMeta:
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
                           max_rounds=obj["plan"].get("max_rounds"), retake_cap=obj["plan"].get("retake_cap"),
-                          extra_rounds=obj["plan"].get("extra_rounds", []),
+                          extra_rounds=[AddedRound.from_json(x, f"{where}: plan.extra_rounds[{k}]")
+                                        for k, x in enumerate(obj["plan"].get("extra_rounds", []))],
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0),
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=obj["plan"].get("distribution")),
