@@ -462,6 +462,10 @@ class Figure:
                 "high": fm.rounded(self.high, 4), "rounds": self.rounds}
 
 
+#: A figure with nothing to show (no rounds).
+NO_FIGURE = Figure(None, None, None, 0)
+
+
 @dataclass(frozen=True)
 class Interval:
     """A 95% interval of a positive figure (a speedup, a ratio, a rate) made from an estimate in logs."""

@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness import formatter as fm
-from harness.analysis.inference import Figure
+from harness.analysis.inference import NO_FIGURE, Figure
 
 CONFIDENCE = 0.95
 
@@ -64,7 +64,7 @@ def band(pairs: Sequence[tuple[int, float]]) -> Figure:
     interval on those logs."""
     logs = np.asarray(list(_round_logs(pairs).values()), dtype=float)
     if not len(logs):
-        return Figure(None, None, None, 0)
+        return NO_FIGURE
     est = math.exp(float(np.mean(logs)))
     if len(logs) < 2:
         return Figure(est, None, None, len(logs))
@@ -168,7 +168,7 @@ def crossover(name: str, baseline: str, spec: dict[int, Sequence[Sample]],
     for n in sorted(base):
         stand = max((m for m in usable if m <= n), default=None)
         if stand is None:
-            levels.append(Level(n, None, Figure(None, None, None, 0)))
+            levels.append(Level(n, None, NO_FIGURE))
             continue
         b = {(s.round, s.prompt): s.aggregate_tok_s for s in base[n]}
         pairs = [(s.round, s.aggregate_tok_s / b[(s.round, s.prompt)]) for s in spec[stand]

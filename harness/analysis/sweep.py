@@ -52,7 +52,7 @@ Ratios = Mapping[str, Mapping[str, Mapping[int, float]]]
 
 #: A speedup (or a ratio of two combinations) with its interval: the one figure type of the analysis.
 Figure = inf.Figure
-NO_FIGURE = Figure(None, None, None, 0)
+NO_FIGURE = inf.NO_FIGURE
 
 
 #: combination -> task (None: the geometric mean over tasks) -> its figure, from a speedup table.

@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from harness import KitError, schema
+from harness.formatter import console
 from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
 
@@ -82,7 +83,7 @@ class AddedRound:
         """One entry of plan.extra_rounds, its round and cells checked by the schema."""
         purpose, combos = x.get("purpose"), x.get("combinations")
         if purpose is not None and purpose != CONFIRM:
-            raise KitError(f"{where}.purpose: {purpose!r}, expected {CONFIRM!r} or none")
+            raise KitError(f"{where}.purpose: {console(repr(purpose), 80)}, expected {CONFIRM!r} or none")
         if combos is not None and not (isinstance(combos, list) and all(isinstance(c, str) for c in combos)):
             raise KitError(f"{where}.combinations: expected a list of strategy ids")
         return cls(x["round"], tuple((h, s, t) for h, s, t in x["cells"]), purpose,
