@@ -8,8 +8,8 @@ module imports inside a function to dodge a loop):
     report     RESULTS.md, its sections and plots, a comparison in words (words and pictures of verdicts)
     analysis   statistics, checks, summary, compare                    (pure functions of run folders)
     image      source, bases, build plan, build, finding images
+    store      run folders, run.json (typed: strategies, tasks, models, plan), safe archives
     models     model files, GGUF headers, pre-flight, bytes per pass
-    store      run folders, run.json, safe archives
     hosts      the Engine interface: local Docker, remote over SSH
     intake     manifests, allowed flags, URLs, trust
     (root)     errors and paths here, files.py, schema.py, formatter.py: every room may import these

@@ -135,7 +135,7 @@ def test_a_run_stopped_at_any_measurement_keeps_what_it_finished_and_resumes(wor
     assert ("lost the Docker engine" in said) == (how == "engine-lost")
     rd = RunDir.open(world / "r" / "fake")
     meta = rd.read_meta()
-    assert meta.status == "interrupted" and meta.interruptions[-1]["done"] == at == len(rd.measurements())
+    assert meta.status == "interrupted" and meta.interruptions[-1].done == at == len(rd.measurements())
     assert eng.containers == []  # the running container was removed
     lines.clear()
     again = fake()

@@ -16,7 +16,7 @@ ALLOWED = {
     "intake": set(),
     "hosts": set(),
     "models": {"intake"},
-    "store": {"intake"},
+    "store": {"intake", "models"},
     "image": {"intake", "models", "store", "hosts"},
     "analysis": {"intake", "models", "store"},
     "report": {"intake", "models", "store", "analysis"},

@@ -64,7 +64,7 @@ def test_vulkan_demo_run_offloads_every_layer_to_the_software_device(vulkan_run)
     assert facts["access"]["volumes"] == {f"specbench-mesa-shader-cache-{image_id[:16]}":
                                           "/var/cache/specbench-mesa-shaders"}
     assert facts["devices"][0]["software"] == "Mesa lavapipe"
-    assert meta.hardware["software_device"] is True
+    assert meta.hardware.software_device is True
 
 
 def test_vulkan_demo_is_judged_like_the_cpu_demo(vulkan_run, engine, tmp_path):

@@ -228,10 +228,10 @@ def units(meta: RunMeta, index: CellIndex) -> list[Unit]:
         return []
     backend = str((meta.build.get("plan") or {}).get("backend", "?"))
     prompts = {(t.id, p.id): (p.sha256, t.n_predict) for t in meta.tasks for p in t.prompts}
-    sampling = ",".join(f"{k}={meta.sampling[k]}" for k in sorted(meta.sampling))
+    sampling = meta.sampling.words()
 
     def sha(model: str | None) -> str:
-        return str((meta.models.get(model) or {}).get("sha256") or model) if model else "-"
+        return (meta.models[model].sha256 if model in meta.models else model) if model else "-"
 
     out = []
     for key in index.keys:

@@ -41,7 +41,7 @@ def facts(meta: RunMeta) -> dict[str, Fact]:
                      True),
                 Fact(f"backend{at}", plan["backend"], True),
                 Fact(f"cmake flags{at}", " ".join(plan["cmake_args"]), True)]
-    out += [Fact(f"model {key} sha256", m["sha256"], True) for key, m in sorted(meta.models.items())]
+    out += [Fact(f"model {key} sha256", m.sha256, True) for key, m in sorted(meta.models.items())]
     for host, e in sorted(meta.environment.items()):
         hw = ", ".join(str(x) for x in (e.get("cpu_model"), e.get("cpus"), *[g["name"] for g in e.get("gpus") or []]))
         out.append(Fact(f"hardware ({host})", hw, False))

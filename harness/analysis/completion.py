@@ -109,7 +109,7 @@ def of(meta: RunMeta, index: CellIndex) -> Completion:
 
 def _head(meta: RunMeta, resume: bool) -> list[str]:
     cmd = ["invoke", "run"] + (["--resume", meta.run_id] if resume else [])
-    cmd += ["--manifest", meta.manifest.get("path") or "MANIFEST"]
+    cmd += ["--manifest", meta.manifest.path or "MANIFEST"]
     for h in meta.plan.hosts:
         if h != "local":
             cmd += ["--host", h]
@@ -158,7 +158,7 @@ def _more_rounds_command(meta: RunMeta, c: Completion) -> Completion:
 def _manifest_entries(meta: RunMeta) -> list[str] | None:
     """The strategy entries of the run's manifest (its text, carried in run.json), None where it cannot be read."""
     try:
-        raw = parse_yaml(meta.manifest.get("text") or "", "run.json manifest.text")
+        raw = parse_yaml(meta.manifest.text, "run.json manifest.text")
         return [str(s["id"]) for s in raw["strategies"]]
     except (KitError, KeyError, TypeError):
         return None

@@ -77,7 +77,7 @@ def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
     bw = meta.bandwidth or {}
     if bw.get("gbs") and bw.get("host") in (None, host):
         return float(bw["gbs"]), "measured"
-    return float(meta.hardware["memory_bandwidth_gbs"]), meta.hardware["bandwidth_source"]
+    return float(meta.hardware.memory_bandwidth_gbs), meta.hardware.bandwidth_source
 
 
 def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
@@ -110,7 +110,7 @@ def summarize(rd: RunDir) -> dict[str, Any]:
                 if cell["decode_tok_s"]["median"] is not None:
                     pb = pass_bytes(meta, s, [m.raw for m in index.of(key) if m.ok])
                     v = checks.physics(cell["decode_tok_s"]["median"], cell["tokens_per_pass"]["median"], bw,
-                                       meta.models[s.model]["size_bytes"], not s.speculative, bw_source,
+                                       meta.models[s.model].size_bytes, not s.speculative, bw_source,
                                        pb.as_dict() if pb else None, pb.rule() if pb else None)
                     cell["checks"]["physics"] = v.as_dict()
                 used = device_use([m.raw for m in index.of(key) if m.ok])
@@ -123,8 +123,8 @@ def summarize(rd: RunDir) -> dict[str, Any]:
     interference = interference_summary(everything, meta.plan.hosts)
     return {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
-        "protocol": meta.protocol, "manifest": {"name": meta.manifest["name"], "sha256": meta.manifest["sha256"]},
-        "hardware": meta.hardware,
+        "protocol": meta.protocol, "manifest": {"name": meta.manifest.name, "sha256": meta.manifest.sha256},
+        "hardware": meta.hardware_json(),
         "baseline": next(iter(meta.baselines()), None),
         "strategies": [{"id": s.id, "spec_type": s.spec_type, "model": s.model, "baseline": s.baseline}
                        | ({"build": s.build} if s.build else {}) for s in meta.planned_strategies()],
@@ -271,12 +271,10 @@ def _convergence(meta: RunMeta, index: CellIndex, baselines: dict[str, str | Non
 def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.PassBytes | None:
     """What one target pass of this cell read (harness/models/passbytes.py): the target's weights, the KV cache
     at the median decode depth, and the draft's weights times its steps per pass; None without header facts."""
-    reads = (meta.models.get(s.model) or {}).get("reads")
-    if not reads or not ok:
+    target = meta.models[s.model].reads if s.model in meta.models else None
+    if target is None or not ok:
         return None
-    target = passbytes.ModelReads(**reads)
-    draft_reads = (meta.models.get(s.draft) or {}).get("reads") if s.draft else None
-    draft = passbytes.ModelReads(**draft_reads) if draft_reads else None
+    draft = meta.models[s.draft].reads if s.draft in meta.models else None
     depths, steps = [], []
     for r in ok:
         sv = r["server"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -216,9 +216,15 @@ class Task:
 
 @dataclass(frozen=True)
 class Sampling:
+    """The sampling settings of every timed request."""
+
     temperature: float = 0.0
     seed: int = 42
     top_k: int | None = None
+
+    def words(self) -> str:
+        """The settings as `k=v` pairs in name order (what tells two runs' requests apart)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(asdict(self).items()))
 
 
 #: The sampling study's defaults: samples per strategy and prompt (and per arm of its baseline), tokens per sample,

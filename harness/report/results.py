@@ -159,8 +159,8 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     if devices:  # GPU backends (records since the device facts): CPU runs' headers stay as they were
         rows.insert(4, ("devices", fm.md(" | ".join(devices), 1000)))
     out = _table([list(r) for r in rows], ["", ""])
-    models = [[fm.md(k), fm.md(v["file"]), fm.size(v["size_bytes"]), fm.md(v.get("quantization") or "-"),
-               fm.code(v["sha256"])] for k, v in meta.models.items()]
+    models = [[fm.md(k), fm.md(v.file), fm.size(v.size_bytes), fm.md(v.quantization or "-"),
+               fm.code(v.sha256)] for k, v in meta.models.items()]
     return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
 
 

@@ -25,6 +25,7 @@ from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
 from harness.run.protocol import Context, MeasurementProtocol
+from harness.store import runmeta
 from harness.store.rundir import RunDir
 
 
@@ -232,7 +233,7 @@ class Executor:
         meta = self.rd.read_meta()
         interruptions = list(meta.interruptions)
         if status == "interrupted":
-            interruptions.append({"at": now_iso(), "done": len(self.rd.done_ids())})
+            interruptions.append(runmeta.Interruption(now_iso(), len(self.rd.done_ids())))
         self.rd.update_meta(status=status, interruptions=interruptions)
         self.remove_leftovers(announce=False)
 

@@ -4,6 +4,7 @@ written once at the start. harness/store/runmeta.py reads it back for every late
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness import KitError, __version__
@@ -11,10 +12,11 @@ from harness.files import file_sha256, now_iso, recorded_path
 from harness.intake.manifest import Manifest, ModelFile
 from harness.models import gguf_facts, passbytes
 from harness.run.plan import Plan
-from harness.store.runmeta import PlanMeta, PromptMeta, RunMeta, StrategyMeta, TaskMeta
+from harness.store.runmeta import (ManifestMeta, ModelMeta, PlanMeta, PromptMeta, RunMeta,
+                                   StrategyMeta, TaskMeta)
 
 
-def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
+def model_facts(model: ModelFile, path: Path) -> ModelMeta:
     """What run.json records of a model file: name, hash, size, where it came from (never a local path)."""
     src: dict[str, Any]
     if model.hf:
@@ -24,21 +26,21 @@ def model_facts(model: ModelFile, path: Any) -> dict[str, Any]:
                             **model.generate.shape()}}
     else:
         src = {"file": model.file}
-    return {"file": path.name, "sha256": model.sha256 or file_sha256(path), "size_bytes": path.stat().st_size,
-            "quantization": model.quantization, "source": src, "reads": _reads(path)}
+    return ModelMeta(path.name, model.sha256 or file_sha256(path), path.stat().st_size, model.quantization, src,
+                     _reads(path))
 
 
-def _reads(path: Any) -> dict[str, Any] | None:
+def _reads(path: Path) -> passbytes.ModelReads | None:
     """What one pass of this model reads, from its GGUF header (None for a file that is not GGUF)."""
 
     try:
-        return passbytes.model_reads(gguf_facts.read_facts(path)).as_dict()
+        return passbytes.model_reads(gguf_facts.read_facts(path))
     except (KitError, OSError, ValueError):
         return None
 
 
 def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],
-            model_paths: dict[str, Any], environment: dict[str, dict[str, Any]],
+            model_paths: dict[str, Path], environment: dict[str, dict[str, Any]],
             bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
             aa_control: bool = False, confirm_rounds: int = 0, quiet_wait_s: float | None = None,
             builds: dict[str, dict[str, Any]] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
@@ -54,16 +56,10 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: d
     tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
                                                           p.sha256 or file_sha256(p.path)) for p in t.prompts),
                       t.perturbation) for t in manifest.tasks]
-    hw = manifest.hardware
-    sp = manifest.sampling
     return RunMeta(
         run_id=run_id, created_at=now_iso(), status="running", protocol=protocol, kit_version=__version__,
-        manifest={"name": manifest.name, "path": recorded_path(manifest.path), "sha256": manifest.sha256,
-                  "text": manifest.text},
-        hardware={"name": hw.name, "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
-                  "bandwidth_source": hw.bandwidth_source, "memory_gb": hw.memory_gb,
-                  **({"software_device": True} if hw.software_device else {})},
-        sampling={"temperature": sp.temperature, "seed": sp.seed, "top_k": sp.top_k}, endpoint=manifest.endpoint,
+        manifest=ManifestMeta(manifest.name, recorded_path(manifest.path), manifest.sha256, manifest.text),
+        hardware=manifest.hardware, sampling=manifest.sampling, endpoint=manifest.endpoint,
         strategies=strategies, tasks=tasks,
         models={k: model_facts(manifest.models[k], p) for k, p in model_paths.items()},
         build=build, environment=environment,

@@ -46,9 +46,9 @@ def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | N
     quiet wait. The changes are written to run.json when the run starts measuring."""
     rd = RunDir.open(Path(resume) if Path(resume).is_dir() else Path(results_dir) / resume)
     meta = rd.read_meta()
-    if manifest.sha256 != meta.manifest["sha256"]:
+    if manifest.sha256 != meta.manifest.sha256:
         raise KitError(f"{display_path(manifest.path)} changed since run {rd.run_id} started (sha256 "
-                       f"{manifest.sha256[:12]} vs {meta.manifest['sha256'][:12]}); resume with the same manifest")
+                       f"{manifest.sha256[:12]} vs {meta.manifest.sha256[:12]}); resume with the same manifest")
     p = meta.plan
     changes: dict[str, Any] = {}
     if runs is not None and runs != p.runs:
@@ -385,8 +385,8 @@ def _draw(ctx: Context, engines: list[Engine], drawn: study.Study, rd: RunDir, l
         c = sampling.draw(ctx, engines, drawn, rd, log, progress)
     except BaseException:
         meta = rd.read_meta()
-        rd.update_meta(status="interrupted", interruptions=[*meta.interruptions, {
-            "at": now_iso(), "done": len(rd.done_ids()), "batches": len(rd.samples())}])
+        rd.update_meta(status="interrupted", interruptions=[*meta.interruptions, runmeta.Interruption(
+            now_iso(), len(rd.done_ids()), len(rd.samples()))])
         raise
     rd.update_meta(status="complete")
     return (f"; sampling study: {c['ok']} batches ({c['samples']} samples) drawn, {c['failed']} failed"

@@ -38,7 +38,7 @@ def _manifest_folder(meta: RunMeta, hint: Path | None) -> Path:
     """Where the run's prompt files are: --manifest-dir, else the manifest's recorded folder."""
     if hint is not None:
         return Path(hint)
-    recorded = Path(meta.manifest["path"]).expanduser()
+    recorded = Path(meta.manifest.path).expanduser()
     for folder in (recorded.parent, ROOT / recorded.parent):
         if (folder / recorded.name).is_file():
             return folder
@@ -59,9 +59,9 @@ def make(run_dir: Path, out: Path | None = None, manifest_dir: Path | None = Non
     meta = rd.read_meta()
     rd.measurements()  # schema-checks every record
     folder = _manifest_folder(meta, manifest_dir).resolve()
-    name = PurePosixPath(meta.manifest["path"]).name
+    name = PurePosixPath(meta.manifest.path).name
     files: dict[str, bytes] = {f"manifest/{_relative(name, 'run.json manifest.path')}":
-                               meta.manifest["text"].encode()}
+                               meta.manifest.text.encode()}
     for t in meta.tasks:
         for p in t.prompts:
             rel = _relative(p.file, f"run.json tasks.{t.id}.prompts.{p.id}")
@@ -176,7 +176,7 @@ def _unpack(path: Path, dest: Path) -> tuple[Path, Path]:
     rd = RunDir.open(root / "run")
     meta = rd.read_meta()
     manifest_path = root / index["manifest"]
-    if file_sha256(manifest_path, cache=False) != meta.manifest["sha256"]:
+    if file_sha256(manifest_path, cache=False) != meta.manifest.sha256:
         raise KitError(f"{path}: the manifest differs from the one run {meta.run_id} recorded")
     for t in meta.tasks:
         for p in t.prompts:

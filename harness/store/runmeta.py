@@ -7,7 +7,7 @@ it carries."""
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -15,6 +15,8 @@ from harness import KitError, schema
 from harness.formatter import console
 from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
+from harness.intake.manifest import Hardware, Sampling
+from harness.models.passbytes import ModelReads
 
 #: A run makes at most this many measurements, planned rounds, rounds --until adds and confirmation rounds
 #: together (a run of a few seconds per measurement would take weeks); a run folder that lists more is refused.
@@ -119,6 +121,47 @@ class PlanMeta:
         return next((x.round for x in self.extra_rounds if x.confirms), None)
 
 
+@dataclass(frozen=True)
+class ManifestMeta:
+    """The manifest a run was made from: its name, the path it was read at (as recorded), its hash, its text."""
+
+    name: str
+    path: str
+    sha256: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """A model file as run.json records it: name, hash, size, where it came from (never a local path) and what one
+    pass reads (None for a file that is not GGUF)."""
+
+    file: str
+    sha256: str
+    size_bytes: int
+    quantization: str | None = None
+    source: dict[str, Any] = field(default_factory=dict)  # {"hf": ...}, {"generate": ...} or {"file": ...}
+    reads: ModelReads | None = None
+
+    @classmethod
+    def from_json(cls, x: dict[str, Any]) -> ModelMeta:
+        reads = x.get("reads")
+        return cls(x["file"], x["sha256"], x["size_bytes"], x.get("quantization"), x.get("source") or {},
+                   ModelReads(**reads) if reads else None)
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A run stopped before its end: when, after how many measurements (and sampling batches)."""
+
+    at: str
+    done: int
+    batches: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 @dataclass
 class RunMeta:
     run_id: str
@@ -126,18 +169,18 @@ class RunMeta:
     status: str
     protocol: str
     kit_version: str
-    manifest: dict[str, Any]  # name, path, sha256, text
-    hardware: dict[str, Any]
-    sampling: dict[str, Any]
+    manifest: ManifestMeta
+    hardware: Hardware  # the manifest's record, as it was when the run was made
+    sampling: Sampling
     endpoint: str
     strategies: list[StrategyMeta]
     tasks: list[TaskMeta]
-    models: dict[str, dict[str, Any]]
+    models: dict[str, ModelMeta]
     build: dict[str, Any]
     environment: dict[str, dict[str, Any]]
     plan: PlanMeta
     bandwidth: dict[str, Any] | None = None
-    interruptions: list[dict[str, Any]] = field(default_factory=list)
+    interruptions: list[Interruption] = field(default_factory=list)
     updated_at: str | None = None
     format_version: int = schema.FORMAT_VERSIONS["run"]
     #: A run of several builds: each build's record by name (`build` is the first's); empty for one build.
@@ -165,8 +208,17 @@ class RunMeta:
         return [s.id for s in self.planned_strategies() if not s.speculative]
 
     # -- the file
+    def hardware_json(self) -> dict[str, Any]:
+        """The hardware record as run.json and summary.json hold it."""
+        out = asdict(self.hardware)
+        if not self.hardware.software_device:  # a run on a real device keeps the file it always had
+            del out["software_device"]
+        return out
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["hardware"] = self.hardware_json()
+        out["interruptions"] = [x.to_json() for x in self.interruptions]
         for s in out["strategies"]:
             s["args"] = list(s["args"])
             s["sweep"] = [list(pair) for pair in s["sweep"]]
@@ -188,14 +240,15 @@ class RunMeta:
         check_references(obj, where)
         return cls(
             run_id=obj["run_id"], created_at=obj["created_at"], status=obj["status"], protocol=obj["protocol"],
-            kit_version=obj.get("kit_version", "?"), manifest=obj["manifest"], hardware=obj["hardware"],
-            sampling=obj.get("sampling", {}), endpoint=obj.get("endpoint", "completion"),
+            kit_version=obj.get("kit_version", "?"), manifest=_known(ManifestMeta, obj["manifest"]),
+            hardware=_known(Hardware, obj["hardware"]), sampling=_known(Sampling, obj.get("sampling", {})),
+            endpoint=obj.get("endpoint", "completion"),
             strategies=[StrategyMeta(**{**s, "args": tuple(s.get("args", ())),
                                         "sweep": tuple(tuple(x) for x in s.get("sweep", ()))})
                         for s in obj["strategies"]],
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
                             bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
-            models=obj["models"], build=obj["build"], environment=obj["environment"],
+            models={k: ModelMeta.from_json(m) for k, m in obj["models"].items()}, build=obj["build"], environment=obj["environment"],
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
@@ -205,8 +258,15 @@ class RunMeta:
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0),
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=obj["plan"].get("distribution")),
-            bandwidth=obj.get("bandwidth"), interruptions=obj.get("interruptions", []),
+            bandwidth=obj.get("bandwidth"), interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
             updated_at=obj.get("updated_at"), builds=obj.get("builds", {}))
+
+
+def _known(cls: Any, x: dict[str, Any]) -> Any:
+    """A record of run.json (its types checked by the schema) as its dataclass; keys the kit does not know are
+    left out (a later kit's additions, or someone's)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in x.items() if k in names})
 
 
 def check_references(obj: dict[str, Any], where: str) -> None:
