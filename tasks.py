@@ -276,10 +276,10 @@ def build(c, manifest=None, backend=None, force=False, source=None, plan=False, 
         for eng in engines:
             for name, rec in builds.build_each(eng, trusted, build, backend=backend, force=force, prefer=source,
                                                jobs=jobs, host=eng.name, offline_base=base == "offline"):
-                what = "reused" if rec["reused"] else f"built in {rec['build_seconds']:.0f} s"
-                print(f"{eng.name}: {f'build {name}: ' if name else ''}image {rec['tag']} ({rec['image_id'][:19]}, "
+                what = "reused" if rec.reused else f"built in {rec.build_seconds:.0f} s"
+                print(f"{eng.name}: {f'build {name}: ' if name else ''}image {rec.tag} ({rec.image_id[:19]}, "
                       f"{what})")
-                print(f"  {console(rec['server_version'].splitlines()[0]) if rec['server_version'] else ''}")
+                print(f"  {console(rec.server_version.splitlines()[0]) if rec.server_version else ''}")
 
 
 @task(auto_shortflags=False, iterable=["host"], help={

@@ -91,9 +91,9 @@ def main() -> None:
         rec = bd.build(engine, trust.decide(manifest, False), backend="cuda", force=args.force, prefer=args.source,
                        log=log, jobs=args.jobs, offline_base=True, cpu_shares=args.cpu_shares)
         figures["build_wall_seconds"] = round(time.monotonic() - started, 1)
-        figures["reused"] = rec["reused"]
-        report = cuda_image.inspect(engine, rec["tag"])
-        figures["image"] = rec["tag"]
+        figures["reused"] = rec.reused
+        report = cuda_image.inspect(engine, rec.tag)
+        figures["image"] = rec.tag
         figures["image_bytes"] = report.size_bytes
         figures["checks"] = report.as_dict()
         for line in report.lines():

@@ -58,7 +58,7 @@ def main() -> None:
         rec = bd.build(engine, trust.decide(mf.load(folder / "m.yaml"), True), force=True, offline_base=True, log=print)
         figures["smoke_build_seconds"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
-        report = cuda_image.inspect(engine, rec["tag"])
+        report = cuda_image.inspect(engine, rec.tag)
         figures["checks_seconds"] = round(time.monotonic() - started, 1)
         figures["checks_ok"] = report.ok
         figures["total_seconds"] = round(figures["download_seconds"] + figures["bases_seconds"]

@@ -81,12 +81,12 @@ def main() -> None:
     def llama_bench() -> float:
         """One llama-bench repetition's decode tok/s."""
         out = eng.run_container(
-            rec["tag"], ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
+            rec.tag, ["llama-bench", "-m", f"/models/{target.name}", "-p", "0", "-n", str(args.n_predict),
                          "-d", str(depth), "-t", t, "-r", "1", "-o", "json"], {"specbench.role": "fidelity"},
             mounts=(Mount(target, f"/models/{target.name}"),))
         return float(json.loads(out.stdout)[0]["avg_ts"])
 
-    fresh, bench, streamed, plain = interleaved(eng, rec["tag"], demo, paths, args, raw["server_args"],
+    fresh, bench, streamed, plain = interleaved(eng, rec.tag, demo, paths, args, raw["server_args"],
                                                 llama_bench)
     med = statistics.median
     tg = med(bench)

@@ -112,7 +112,7 @@ def image_tag() -> str:
     rec = build.latest_record(mf.load(DEFAULT_MANIFEST))
     if rec is None:
         sys.exit("no CPU image: run `invoke build` first")
-    return rec["tag"]
+    return rec.tag
 
 
 def prepare(models: Path, layers: list[int]) -> tuple[Path, dict[int, Path]]:

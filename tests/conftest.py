@@ -17,6 +17,7 @@ import yaml
 
 from harness import ROOT, KitError
 from harness.image import build as bd
+from harness.store.buildrecord import BuildRecord
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.models import ensure as md
@@ -80,7 +81,7 @@ def models_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_image(engine, demo_manifest) -> dict:
+def demo_image(engine, demo_manifest) -> BuildRecord:
     """The real CPU image built from the pinned sdist on the debootstrap base (reused when already built)."""
     lines: list[str] = []
 
@@ -194,7 +195,7 @@ def demo_run(setup_run) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vulkan_image(engine) -> dict:
+def vulkan_image(engine) -> BuildRecord:
     """The real Vulkan image of manifests/demo-vulkan.yaml, built from the pinned sdist on the trixie debootstrap
     bases (reused when already built: its compile is the longest step of the suite)."""
 

@@ -36,7 +36,7 @@ def test_ensure_gives_bases_of_the_engine_architecture(docker_client, demo_image
     made = bases.ensure(LocalEngine(docker_client), log=lambda s: None)
     arch = bases.engine_arch(LocalEngine(docker_client))
     assert f"-{arch}-" in made.builder and f"-{arch}-" in made.runtime
-    assert demo_image["plan"]["base_image"] == made.builder and demo_image["plan"]["arch"] == arch
+    assert demo_image.plan["base_image"] == made.builder and demo_image.plan["arch"] == arch
 
 
 def _remove(client, tag: str) -> None:
@@ -68,7 +68,7 @@ def test_debootstrap_on_the_host_over_ssh(sshd, docker_client, tmp_path):
 
 @pytest.mark.image
 def test_registry_recipe_on_a_debian_image(docker_client, demo_image):
-    debian = demo_image["plan"]["runtime_image"]  # a Debian bookworm image, as debian:bookworm would be
+    debian = demo_image.plan["runtime_image"]  # a Debian bookworm image, as debian:bookworm would be
     tag = f"specbench/base-runtime:test-registry-{uuid.uuid4().hex[:8]}"
     try:
         bases.make_from_registry(LocalEngine(docker_client), "runtime", tag, lambda s: None, debian=debian)

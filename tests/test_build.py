@@ -124,17 +124,17 @@ def test_git_ref_that_does_not_exist(tmp_path):
 
 @pytest.mark.image
 def test_demo_image_runs_llama_server(docker_client, demo_image):
-    assert demo_image["plan"]["backend"] == "cpu"
-    assert "11434" in demo_image["server_version"] and "b11434" in demo_image["server_version"]
-    img = docker_client.images.get(demo_image["tag"])
+    assert demo_image.plan["backend"] == "cpu"
+    assert "11434" in demo_image.server_version and "b11434" in demo_image.server_version
+    img = docker_client.images.get(demo_image.tag)
     assert img.labels["specbench.llama-build-number"] == "11434"
     assert img.labels["specbench.base-image"].startswith("specbench/base-builder:")
-    help_text = docker_client.containers.run(demo_image["tag"], ["llama-server", "--help"], remove=True,
+    help_text = docker_client.containers.run(demo_image.tag, ["llama-server", "--help"], remove=True,
                                              network_mode="none", stdout=True, stderr=True).decode()
     spec_line = next(ln for ln in help_text.splitlines() if "--spec-type" in ln)
     block = help_text[help_text.index(spec_line):][:600]
     assert "draft-dflash" in block and "ngram-mod" in block and "draft-dspark" in block
-    bench = docker_client.containers.run(demo_image["tag"], ["llama-bench", "--help"], remove=True,
+    bench = docker_client.containers.run(demo_image.tag, ["llama-bench", "--help"], remove=True,
                                          network_mode="none", stdout=True, stderr=True).decode()
     assert "usage" in bench.lower()
 
@@ -142,8 +142,8 @@ def test_demo_image_runs_llama_server(docker_client, demo_image):
 @pytest.mark.image
 def test_second_build_reuses_the_image(docker_client, demo_image, demo_manifest):
     again = bd.build(LocalEngine(docker_client), trusted(demo_manifest), log=lambda s: None)
-    assert again["reused"] is True and again["image_id"] == demo_image["image_id"]
-    assert again["tag"] == demo_image["tag"]
+    assert again.reused is True and again.image_id == demo_image.image_id
+    assert again.tag == demo_image.tag
 
 
 @pytest.mark.image

@@ -335,7 +335,7 @@ def test_two_builds_of_one_source_run_on_the_real_demo_image_and_agree(tmp_path,
     assert "12 ok, 0 failed" in out
     rd = RunDir.open(tmp_path / "r" / "ab")
     meta = rd.read_meta()
-    assert {b: r["tag"] for b, r in meta.builds.items()} == {"a": demo_image["tag"], "b": demo_image["tag"]}
+    assert {b: r.tag for b, r in meta.builds.items()} == {"a": demo_image.tag, "b": demo_image.tag}
     recs = rd.measurements()
     assert Counter(meta.strategy(r["strategy"]).build for r in recs) == {"a": 6, "b": 6}
     for r in recs:  # each round holds both builds' cells

@@ -179,14 +179,14 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
     lines: list[str] = []
     engine = LocalEngine(docker_client)
     rec = bd.build(engine, trusted(m, True), offline_base=True, log=lines.append)  # a local tree
-    assert rec["plan"]["base_image"] == cuda_bases.builder and rec["plan"]["registry_free"]
+    assert rec.plan["base_image"] == cuda_bases.builder and rec.plan["registry_free"]
     log = "\n".join(lines)
-    if not rec["reused"] and "Configuring done" in log:  # the compile ran (not a layer the engine had cached)
+    if not rec.reused and "Configuring done" in log:  # the compile ran (not a layer the engine had cached)
         assert "The CUDA compiler identification is NVIDIA 13.0.88" in log
-    assert rec["server_version"].startswith("no NVIDIA driver: libcuda.so.1")
-    if not rec["reused"]:
+    assert rec.server_version.startswith("no NVIDIA driver: libcuda.so.1")
+    if not rec.reused:
         assert rec["cuda_checks"]["ok"] and rec["cuda_checks"]["problems"] == []
-    report = cuda_image.inspect(engine, rec["tag"])
+    report = cuda_image.inspect(engine, rec.tag)
     assert report.ok, report.problems
     assert report.driver_missing and report.version_exit == 127
     assert report.labels["specbench.runtime-image"] == cuda_bases.runtime
@@ -200,7 +200,7 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
     assert {"libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"} <= names
     assert not any(n.startswith(("libnvvm", "libcuda.so")) for n in names)  # no toolkit, no driver
     # Device code for the GB10 only (121 became 121a, as ggml does), and the bandwidth probe built by nvcc.
-    out = _sh(docker_client, rec["tag"], "grep -ao 'sm_[0-9]*a*' /opt/llama/lib/libggml-cuda.so | sort -u; "
+    out = _sh(docker_client, rec.tag, "grep -ao 'sm_[0-9]*a*' /opt/llama/lib/libggml-cuda.so | sort -u; "
               "ls /opt/llama/bin")
     assert "sm_121a" in out.split() and not [w for w in out.split() if w.startswith("sm_") and w != "sm_121a"]
     assert "specbench-probe-cuda" in out.split()

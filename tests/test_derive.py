@@ -105,7 +105,7 @@ def test_llama_server_drafts_with_the_derived_model(parent, tmp_path, demo_image
     port = eng.free_port()
     cmd = ["llama-server", "-m", "/models/target.gguf", "-md", "/models/ls1.gguf", "--spec-type", "draft-simple",
            "-c", "2048", "-t", "2", "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
-    ctr = eng.start_server(demo_image["tag"], cmd, [Mount(folder, "/models")], {"specbench.role": "test"})
+    ctr = eng.start_server(demo_image.tag, cmd, [Mount(folder, "/models")], {"specbench.role": "test"})
     try:
         wait_ready(eng, ctr, eng.endpoint(port), 120)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)

@@ -95,7 +95,7 @@ def private_dockerd(tmp_path, demo_image, docker_client):
                 p.wait(timeout=60)
 
     client = start()
-    client.images.load(b"".join(docker_client.images.get(demo_image["tag"]).save(named=True)))
+    client.images.load(b"".join(docker_client.images.get(demo_image.tag).save(named=True)))
     yield {"start": start, "stop": stop, "client": client}
     try:
         c = docker.DockerClient(base_url=f"unix://{sock}", timeout=30)

@@ -74,9 +74,9 @@ def test_a_found_images_record_is_made_once_and_then_read_back(world):
     asked: list[list[str]] = []
     eng.run_container = lambda image, command, labels, **kw: asked.append(command) or Finished(0, "", "version: 7")
     rec = images.record(eng, DEMO_M, host="local")
-    assert rec["reused"] and rec["server_version"] == "version: 7" and rec["image_id"] == eng.image(rec["tag"]).id
+    assert rec.reused and rec.server_version == "version: 7" and rec.image_id == eng.image(rec.tag).id
     again = images.record(eng, DEMO_M, host="h2")
-    assert asked == [["llama-server", "--version"]] and again["host"] == "h2" and again["plan"] == rec["plan"]
+    assert asked == [["llama-server", "--version"]] and again.host == "h2" and again.plan == rec.plan
 
 
 # ---------------------------------------------------------------- building
@@ -101,7 +101,7 @@ def cache(tmp_path, monkeypatch, world):
 def test_an_image_already_on_the_engine_is_reused_without_building(cache):
     eng = fake(images=[demo_image(DEMO_M), *base_images()])
     rec = build.build(eng, trusted(DEMO), log=lambda s: None)
-    assert rec["reused"] and rec["build_seconds"] is None and eng.built == []
+    assert rec.reused and rec.build_seconds is None and eng.built == []
 
 
 def test_a_build_sends_the_context_and_records_the_image_it_tagged(tmp_path, cache):
@@ -109,10 +109,10 @@ def test_a_build_sends_the_context_and_records_the_image_it_tagged(tmp_path, cac
     lines: list[str] = []
     rec = build.build(eng, _tree(tmp_path), log=lines.append)
     (sent,) = eng.built
-    assert sent["network"] == "none" and sent["tag"] == rec["tag"] and sent["labels"]["specbench.backend"] == "cpu"
-    assert not rec["reused"] and rec["image_id"] == eng.image(rec["tag"]).id and rec["build_seconds"] is not None
-    assert rec["server_version"].startswith("version: 11434") and any(ln.startswith("build: context") for ln in lines)
-    assert json.loads((cache / "builds" / f"{rec['tag'].split(':')[-1]}-local.json").read_text())["tag"] == rec["tag"]
+    assert sent["network"] == "none" and sent["tag"] == rec.tag and sent["labels"]["specbench.backend"] == "cpu"
+    assert not rec.reused and rec.image_id == eng.image(rec.tag).id and rec.build_seconds is not None
+    assert rec.server_version.startswith("version: 11434") and any(ln.startswith("build: context") for ln in lines)
+    assert json.loads((cache / "builds" / f"{rec.tag.split(':')[-1]}-local.json").read_text())["tag"] == rec.tag
     assert images.find(eng, _tree(tmp_path).manifest) is not None  # what was built is found by what it is
 
 

@@ -224,7 +224,7 @@ def test_run_builds_a_missing_image_and_another_manifest_finds_it(docker_client,
         again = images.find(LocalEngine(docker_client), second)
         assert again is not None and again.image.id == image_id and again.tag == found.tag
         rec = bd.build(LocalEngine(docker_client), trusted(second, True), log=lines.append)
-        assert rec["reused"] and rec["image_id"] == image_id and rec["server_version"].startswith("version: 1")
+        assert rec.reused and rec.image_id == image_id and rec.server_version.startswith("version: 1")
         (src / "tools" / "server" / "server.c").write_text("int main(void) { return 2; }\n")
         assert images.find(LocalEngine(docker_client), second) is None  # the folder's content is its identity
     finally:

@@ -88,7 +88,7 @@ def test_disturbed_rule():
 
 @pytest.fixture()
 def sleeper(docker_client, demo_image):
-    c = docker_client.containers.run(demo_image["tag"], ["sh", "-c", "sleep 120"], detach=True,
+    c = docker_client.containers.run(demo_image.tag, ["sh", "-c", "sleep 120"], detach=True,
                                      network_mode="host", labels={"specbench.role": "interference-test"})
     try:
         yield c  # attrs as containers.run returns them: taken before the start, without a pid

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.image
 
 def test_probe_measures_and_physics_uses_it(tmp_path, demo_image, models_dir, docker_client):
     name = f"probe-test-{tmp_path.name}"
-    rec = probe.measure(LocalEngine(), demo_image["tag"], "cpu", name, size_mib=32, repetitions=3)
+    rec = probe.measure(LocalEngine(), demo_image.tag, "cpu", name, size_mib=32, repetitions=3)
     try:
         assert rec["kind"] == "cpu-stream" and rec["gbs"] > 0.5 and rec["raw"]["copy_gbs"] > 0.5
         raw = yaml.safe_load(DEMO.read_text())

@@ -42,7 +42,7 @@ def test_setup_block_as_written(setup_run, clone, demo_image):
     # the README's test command is the one CI runs (this file runs under it)
     assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
     out = setup_run.out
-    assert f"local: image {demo_image['tag']} " in out and "reused" in out  # found by what it is
+    assert f"local: image {demo_image.tag} " in out and "reused" in out  # found by what it is
     run_id = setup_run.run.name
     planned = _planned(ROOT / "manifests" / "demo-cpu.yaml", runs=2)  # INVOKE_SPECBENCH_RUNS=2
     assert f"run {run_id}: {planned} ok, 0 failed" in out
@@ -82,7 +82,7 @@ def test_spark_block_up_to_the_ssh_boundary(clone, sshd, demo_image):
         ran.append(cmd)
     assert sum("--host " in c for c in ran) == 3 and any(c.startswith("invoke build") and "--plan" in c for c in ran)
     out = "".join(clone.run_ok(cmd, {"M": "manifests/demo-cpu.yaml"}) for cmd in ran)
-    assert f"{sshd['spec']}: image {demo_image['tag']} " in out  # build --host: found on the host's engine
+    assert f"{sshd['spec']}: image {demo_image.tag} " in out  # build --host: found on the host's engine
     assert "ok   docker:" in out and "FAIL" not in out
     new = sorted(set(clone.new_runs()) - before)
     assert len(new) == 1, new
@@ -152,7 +152,7 @@ def test_vulkan_block_as_written(clone, vulkan_image):
     before = set(clone.new_runs())
     started = time.time()
     build, doctor, probe, run, _ = (clone.run_ok(without_comment(ln), {"V": manifest}) for ln in lines[1:])
-    assert f"local: image {vulkan_image['tag']} " in build and "reused" in build  # found by what it is
+    assert f"local: image {vulkan_image.tag} " in build and "reused" in build  # found by what it is
     assert "SOFTWARE device (Mesa lavapipe" in doctor and "FAIL" not in doctor
     assert "ok   llama.cpp device: Vulkan 0 (GGML_VK_VISIBLE_DEVICES=0" in doctor
     assert "(ggml-copy on Vulkan0 (llvmpipe" in probe

@@ -78,7 +78,7 @@ def test_remote_doctor_build_run_report(sshd, tmp_path, demo_image, models_dir):
         assert items["model target"].ok and "sent over SSH" in items["model target"].detail
         assert items["gpu"].ok  # cpu backend: no GPU needed
         rec = bd.build(eng, trusted(m), log=lambda s: None, host=eng.name)
-        assert rec["reused"] and rec["host"] == eng.name and rec["image_id"] == demo_image["image_id"]
+        assert rec.reused and rec.host == eng.name and rec.image_id == demo_image.image_id
         out = runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="remote", seed=3,
                           progress=False, engines=[eng], log=lambda s: None)
         assert "8 ok, 0 failed" in out

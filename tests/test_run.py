@@ -64,7 +64,7 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     assert all(r["interference"]["window_s"] > 0 for r in recs)
     meta = RunDir.open(demo_run).read_meta()
     assert meta.status == "complete" and isinstance(meta.plan.shuffle_seed, int)  # drawn, recorded
-    assert json.loads((demo_run / "build.json").read_text())["image_id"] == meta.build["image_id"]
+    assert json.loads((demo_run / "build.json").read_text())["image_id"] == meta.build.image_id
     assert meta.manifest.sha256 == demo_manifest.sha256
     assert meta.environment["local"]["docker_version"]
     # run.json carries the normalised manifest: strategies with their baseline, tasks with their prompts
@@ -268,9 +268,9 @@ def test_parallel_clients_report_aggregate_and_per_stream(tmp_path, demo_image, 
 
 
 def test_invoke_clean_removes_labelled_leftovers(demo_image, docker_client):
-    left = docker_client.containers.create(demo_image["tag"], ["llama-server", "--version"],
+    left = docker_client.containers.create(demo_image.tag, ["llama-server", "--version"],
                                            labels={"specbench.run": "leftover", "specbench.strategy": "baseline"})
-    other = docker_client.containers.create(demo_image["tag"], ["true"], labels={"unrelated": "1"})
+    other = docker_client.containers.create(demo_image.tag, ["true"], labels={"unrelated": "1"})
     try:
         res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "clean", "--run-id", "leftover"],
                              capture_output=True, text=True, timeout=60)
@@ -295,7 +295,7 @@ def test_kit_containers_while_another_run_on_the_engine_removes_its_own(demo_ima
 
     def churn() -> None:  # the other run: create and remove its containers, by id, as fast as the engine lets it
         while not stop.is_set():
-            c = engine.client.containers.create(demo_image["image_id"], command=["true"],
+            c = engine.client.containers.create(demo_image.image_id, command=["true"],
                                                 labels={"specbench.run": run_id})
             c.remove(force=True)
             churned.append(c.id)

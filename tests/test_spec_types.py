@@ -45,7 +45,7 @@ def models(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def image(demo_image) -> str:
-    return demo_image["tag"]
+    return demo_image.tag
 
 
 @pytest.fixture(scope="module")

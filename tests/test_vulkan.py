@@ -22,13 +22,13 @@ pytestmark = pytest.mark.image
 
 
 def test_the_image_loads_the_vulkan_backend_and_lists_the_software_device(vulkan_image, engine):
-    assert vulkan_image["plan"]["backend"] == "vulkan" and "-DGGML_VULKAN=ON" in vulkan_image["plan"]["cmake_args"]
-    labels = engine.image(vulkan_image["tag"]).labels
+    assert vulkan_image.plan["backend"] == "vulkan" and "-DGGML_VULKAN=ON" in vulkan_image.plan["cmake_args"]
+    labels = engine.image(vulkan_image.tag).labels
     assert labels["specbench.backend"] == "vulkan" and labels["specbench.runtime-image"].startswith(
         "specbench/base-vulkan-runtime:trixie-")
-    assert "build 11434, commit b11434" in vulkan_image["server_version"]
+    assert "build 11434, commit b11434" in vulkan_image.server_version
     # the build check again, for an image the session found already built
-    report = vulkan_image.get("vulkan_checks") or vk_image.inspect(engine, vulkan_image["tag"]).as_dict()
+    report = vulkan_image.vulkan_checks or vk_image.inspect(engine, vulkan_image.tag).as_dict()
     assert report["ok"], report["problems"]
     soft = [d for d in report["devices"] if d["software"]]
     assert soft and "llvmpipe" in soft[0]["name"] and "SOFTWARE device (Mesa lavapipe" in soft[0]["line"]
@@ -60,7 +60,7 @@ def test_vulkan_demo_run_offloads_every_layer_to_the_software_device(vulkan_run)
     facts = meta.environment["local"]["devices"]
     assert facts["backend"] == "vulkan" and facts["chosen"] == 0
     assert facts["access"]["environment"]["GGML_VK_VISIBLE_DEVICES"] == "0"
-    image_id = meta.build["image_id"].split(":")[-1]  # the image's own shader cache
+    image_id = meta.build.image_id.split(":")[-1]  # the image's own shader cache
     assert facts["access"]["volumes"] == {f"specbench-mesa-shader-cache-{image_id[:16]}":
                                           "/var/cache/specbench-mesa-shaders"}
     assert facts["devices"][0]["software"] == "Mesa lavapipe"

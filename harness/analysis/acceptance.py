@@ -217,7 +217,7 @@ def build_of(meta: RunMeta, rec: dict[str, Any] | Any) -> str:
         return own
     if isinstance(own, dict) and own:
         return str(own.get("id") or own.get("commit") or own.get("tag") or sorted(own.items()))
-    src = (meta.build.get("plan") or {}).get("source") or {}
+    src = meta.build.source
     return f"b{src['build_number']} ({src.get('commit')})" if src.get("build_number") else str(src.get("commit", "?"))
 
 
@@ -226,7 +226,7 @@ def units(meta: RunMeta, index: CellIndex) -> list[Unit]:
     server's acceptance carries its earlier requests)."""
     if meta.protocol != "fresh-container":
         return []
-    backend = str((meta.build.get("plan") or {}).get("backend", "?"))
+    backend = meta.build.backend
     prompts = {(t.id, p.id): (p.sha256, t.n_predict) for t in meta.tasks for p in t.prompts}
     sampling = meta.sampling.words()
 

@@ -27,6 +27,7 @@ from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.intake.builds import across
+from harness.store.buildrecord import BuildRecord
 from harness.store.runmeta import RunMeta, StrategyMeta
 
 RULE = ("B/A of tok/s: the same strategy, task and prompt on build B over build A in the same round on the same "
@@ -37,9 +38,9 @@ RULE = ("B/A of tok/s: the same strategy, task and prompt on build B over build 
         "±2%, · not significant, ? too few rounds).")
 
 
-def source_text(record: Mapping[str, Any]) -> str:
+def source_text(record: BuildRecord) -> str:
     """A build record's source in a few words: llama.cpp build, commit, and where the tree came from."""
-    src = record["plan"]["source"]
+    src = record.source
     kind = src.get("kind")
     where = (f"sdist {src.get('package')}=={src.get('version')} (sha256 {str(src.get('sha256', ''))[:12]})"
              if kind == "sdist" else f"git {src.get('repo')} {str(src.get('commit', ''))[:12]}" if kind == "git"
@@ -55,8 +56,8 @@ def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None:
         return None
     reference = names[0]
     return {"reference": reference,
-            "builds": [{"name": n, "tag": r["tag"], "image_id": r["image_id"], "source": source_text(r),
-                        "cmake_args": [a for a in r["plan"]["cmake_args"]
+            "builds": [{"name": n, "tag": r.tag, "image_id": r.image_id, "source": source_text(r),
+                        "cmake_args": [a for a in r.plan["cmake_args"]
                                        if not a.startswith(("-DLLAMA_BUILD_NUMBER", "-DLLAMA_BUILD_COMMIT"))],
                         "strategies": [s.id for s in meta.planned_strategies() if s.build == n]}
                        for n, r in meta.builds.items()],

@@ -34,13 +34,13 @@ def facts(meta: RunMeta) -> dict[str, Fact]:
     """What a run measured with, keyed by field name (each build's by its name in a run of several builds)."""
     out = []
     for name, record in meta.build_records().items():
-        plan, at = record["plan"], f" (build {name})" if name else ""
-        src = plan["source"]
+        at = f" (build {name})" if name else ""
+        src = record.source
         out += [Fact(f"llama.cpp commit{at}", src.get("commit"), True),
                 Fact(f"llama.cpp source{at}", src.get("sha256") or src.get("commit") or src.get("content_sha256"),
                      True),
-                Fact(f"backend{at}", plan["backend"], True),
-                Fact(f"cmake flags{at}", " ".join(plan["cmake_args"]), True)]
+                Fact(f"backend{at}", record.backend, True),
+                Fact(f"cmake flags{at}", " ".join(record.plan["cmake_args"]), True)]
     out += [Fact(f"model {key} sha256", m.sha256, True) for key, m in sorted(meta.models.items())]
     for host, e in sorted(meta.environment.items()):
         hw = ", ".join(str(x) for x in (e.get("cpu_model"), e.get("cpus"), *[g["name"] for g in e.get("gpus") or []]))

@@ -10,11 +10,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from harness import KitError, schema
 from harness import formatter as fm
-from harness.files import atomic_write_text, safe_name
+from harness.files import safe_name
 from harness.formatter import console
 from harness.hosts.engine import Engine, EngineRefused, Image
 from harness.image import backends, bases, cuda_base, cuda_image, images, vulkan_image
@@ -22,7 +21,7 @@ from harness.image.recipe import DEVICE_DIR, DOCKERFILE, PROBE_DIR, BuildPlan, b
 from harness.image.source import CACHE, SourceTree, context_files, resolve_source
 from harness.intake.manifest import Manifest
 from harness.intake.trust import Trusted
-from harness.schema import FORMAT_VERSIONS
+from harness.store.buildrecord import BuildRecord
 
 
 def write_context(source: SourceTree, out: io.BufferedIOBase) -> int:
@@ -103,7 +102,7 @@ def _docker_build(engine: Engine, p: BuildPlan, source: SourceTree, force: bool,
 
 def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force: bool = False,
           prefer: str | None = None, log: Callable[[str], None] = print, host: str | None = None,
-          jobs: int | None = None, offline_base: bool = False, cpu_shares: int | None = None) -> dict[str, Any]:
+          jobs: int | None = None, offline_base: bool = False, cpu_shares: int | None = None) -> BuildRecord:
     """Build (or reuse) the image for a trusted manifest on an engine; return the build record (also written
     under .cache/builds).
 
@@ -154,32 +153,19 @@ def build(engine: Engine, trusted: Trusted, *, backend: str | None = None, force
                 log(f"build: CUDA check: {line}")
     else:
         version = images.version_of(engine, p.tag)
-    record = {
-        "format_version": FORMAT_VERSIONS["build"],
-        "tag": p.tag,
-        "image_id": existing.id,
-        "reused": reused,
-        "built_at": existing.created,
-        "build_seconds": None if reused else round(time.monotonic() - started, 1),
-        "host": host,
-        "server_version": version,
-        "plan": p.as_dict(),
-    }
-    if vulkan_checks is not None:
-        record["vulkan_checks"] = vulkan_checks
-    if cuda_checks is not None:
-        record["cuda_checks"] = {k: cuda_checks[k] for k in ("ok", "problems", "size_bytes", "cuda_libraries")}
-    schema.check("build", record, "build record")
+    record = BuildRecord(
+        tag=p.tag, image_id=existing.id, reused=reused, built_at=existing.created,
+        build_seconds=None if reused else fm.rounded(time.monotonic() - started, 1), host=host,
+        server_version=version, plan=p.as_dict(), vulkan_checks=vulkan_checks,
+        cuda_checks=None if cuda_checks is None else
+        {k: cuda_checks[k] for k in ("ok", "problems", "size_bytes", "cuda_libraries")})
+    schema.check("build", record.to_json(), "build record")
     images.remember(record)
     out = CACHE / "builds"
     out.mkdir(parents=True, exist_ok=True)
-    write_record(out / f"{p.tag.split(':')[-1]}-{safe_name(host)}.json", record)
-    write_record(latest_path(manifest, backend, host), record)
+    record.write(out / f"{p.tag.split(':')[-1]}-{safe_name(host)}.json")
+    record.write(latest_path(manifest, backend, host))
     return record
-
-
-def write_record(path: Path, record: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 def latest_path(manifest: Manifest, backend: str | None = None, host: str = "local") -> Path:
@@ -187,7 +173,7 @@ def latest_path(manifest: Manifest, backend: str | None = None, host: str = "loc
     return CACHE / "builds" / f"{manifest.name}-{backend or manifest.build.backend}{suffix}-latest.json"
 
 
-def latest_record(manifest: Manifest, backend: str | None = None, host: str = "local") -> dict[str, Any] | None:
+def latest_record(manifest: Manifest, backend: str | None = None, host: str = "local") -> BuildRecord | None:
     """The last build record for this manifest, backend and host, if any."""
     path = latest_path(manifest, backend, host)
-    return json.loads(path.read_text()) if path.exists() else None
+    return BuildRecord.from_json(json.loads(path.read_text()), str(path)) if path.exists() else None

@@ -16,6 +16,7 @@ from harness.image import images
 from harness.image.source import describe_source
 from harness.intake.manifest import Manifest
 from harness.intake.trust import Trusted
+from harness.store.buildrecord import BuildRecord
 
 
 def chosen(manifest: Manifest, only: str | None) -> list[str | None]:
@@ -30,7 +31,7 @@ def chosen(manifest: Manifest, only: str | None) -> list[str | None]:
 
 
 def build_each(engine: Engine, trusted: Trusted, only: str | None = None, log: Callable[[str], None] = print,
-               **kwargs: Any) -> list[tuple[str | None, dict[str, Any]]]:
+               **kwargs: Any) -> list[tuple[str | None, BuildRecord]]:
     """Build (or reuse) the image of every build of the manifest, or of the one named, on an engine: (build name,
     build record) each; `kwargs` as harness/image/build.py `build` takes them."""
     out = []

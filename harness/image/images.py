@@ -16,15 +16,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import LABEL_PREFIX, schema
-from harness.files import atomic_write_text
 from harness.hosts.engine import Engine, Image
 from harness.image import backends, bases, recipe
 from harness.image.source import CACHE, SourceTree, _kinds, describe_source, resolve_path
 from harness.intake.manifest import Manifest
-from harness.schema import FORMAT_VERSIONS
+from harness.store.buildrecord import BuildRecord
 
 RECORDS = CACHE / "builds" / "images"
 
@@ -128,40 +126,31 @@ def _record_path(image_id: str) -> Path:
     return RECORDS / f"{image_id.split(':')[-1]}.json"
 
 
-def remember(record: dict[str, Any]) -> None:
+def remember(record: BuildRecord) -> None:
     """Cache a build record by its image id."""
     RECORDS.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(_record_path(record["image_id"]), json.dumps(record, indent=2) + "\n")
+    record.write(_record_path(record.image_id))
 
 
-def record_of(engine: Engine, found: Found, host: str) -> dict[str, Any]:
+def record_of(engine: Engine, found: Found, host: str) -> BuildRecord:
     """The build record of a found image (cached by image id; made from its labels the first time)."""
     path = _record_path(found.image.id)
     try:
-        record = json.loads(path.read_text())
-        if record.get("tag") == found.tag and record.get("image_id") == found.image.id:
-            schema.check("build", record, str(path))
-            return {**record, "host": host, "reused": True}
+        cached = BuildRecord.from_json(json.loads(path.read_text()), str(path))
+        if cached.tag == found.tag and cached.image_id == found.image.id:
+            return cached.on(host)
     except Exception:  # noqa: BLE001 - a missing or unreadable cache entry is made again
         pass
-    record = {
-        "format_version": FORMAT_VERSIONS["build"],
-        "tag": found.tag,
-        "image_id": found.image.id,
-        "reused": True,
-        "built_at": found.image.created,
-        "build_seconds": None,
-        "host": host,
-        "server_version": version_of(engine, found.tag),
-        "plan": found.build_plan.as_dict(),
-    }
-    schema.check("build", record, "build record")
+    record = BuildRecord(tag=found.tag, image_id=found.image.id, reused=True, built_at=found.image.created,
+                         build_seconds=None, host=host, server_version=version_of(engine, found.tag),
+                         plan=found.build_plan.as_dict())
+    schema.check("build", record.to_json(), "build record")
     remember(record)
     return record
 
 
 def record(engine: Engine, manifest: Manifest, host: str, backend: str | None = None,
-           prefer: str | None = None) -> dict[str, Any] | None:
+           prefer: str | None = None) -> BuildRecord | None:
     """The build record of the image that serves the manifest on this engine, or None when it holds none."""
     found = find(engine, manifest, backend, prefer=prefer)
     return None if found is None else record_of(engine, found, host)

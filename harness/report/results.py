@@ -104,8 +104,7 @@ def _unconfirmed(meta: RunMeta) -> str:
 
 def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     b = meta.build
-    plan = b["plan"]
-    src = plan["source"]
+    plan, src = b.plan, b.source
     source = (f"sdist {src.get('package')}=={src.get('version')} (sha256 {str(src.get('sha256', ''))[:12]})"
               if src["kind"] == "sdist" else f"git {src.get('repo')} {str(src.get('commit', ''))[:12]}"
               if src["kind"] == "git" else "local folder")
@@ -130,9 +129,9 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         ("hardware",
          f"{fm.md(hw['name'])}, {fm.plain(hw['memory_bandwidth_gbs'])} GB/s ({fm.md(hw['bandwidth_source'])})"),
         ("hosts", fm.md("; ".join(hosts), 1000)),
-        ("image", f"{fm.md(b['tag'])} ({fm.md(b['image_id'][:19])})"),
+        ("image", f"{fm.md(b.tag)} ({fm.md(b.image_id[:19])})"),
         ("llama.cpp", fm.md(f"build {src.get('build_number')}, commit {src.get('commit')}, {source}")),
-        ("backend", fm.md(f"{plan['backend']}" + (f", CUDA arch {arches}" if arches else ""))),
+        ("backend", fm.md(b.backend + (f", CUDA arch {arches}" if arches else ""))),
         ("cmake", " ".join(fm.code(a) for a in plan["cmake_args"]
                            if not a.startswith(("-DLLAMA_BUILD_NUMBER", "-DLLAMA_BUILD_COMMIT")))),
         ("protocol", f"{proto}; {summary['runs']} runs per cell in rounds, shuffled (seed {meta.plan.shuffle_seed})"
@@ -144,7 +143,7 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
         rows[-2:] = [("protocol", f"one fresh container per batch of samples, rounds shuffled (seed "
                                   f"{meta.plan.shuffle_seed})")]
     if meta.builds:  # several builds: each one's image and source (their tables name them too)
-        rows[4:6] = [("builds", fm.md("; ".join(f"{n}: {r['tag']} ({r['image_id'][:19]}), {builds.source_text(r)}"
+        rows[4:6] = [("builds", fm.md("; ".join(f"{n}: {r.tag} ({r.image_id[:19]}), {builds.source_text(r)}"
                                                 for n, r in meta.builds.items()), 1000))]
     unconfirmed = _unconfirmed(meta)
     if unconfirmed:

@@ -15,6 +15,8 @@ from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
 from harness.image import backends
 from harness.image.source import CACHE
+from harness.intake.manifest import Manifest
+from harness.store.buildrecord import BuildRecord
 
 
 def _path(manifest_name: str, host: str) -> Path:
@@ -44,17 +46,17 @@ def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_m
     return record
 
 
-def probe_host(engine: Engine, manifest: Any, record: dict[str, Any], size_mib: int | None = None) -> dict[str, Any]:
+def probe_host(engine: Engine, manifest: Manifest, record: BuildRecord, size_mib: int | None = None) -> dict[str, Any]:
     """`invoke probe` on one host: the image of the build record, with the device a run would use (a GPU backend's
     devices set up as for a run: harness/hosts/devices.py)."""
-    backend = record["plan"]["backend"]
+    backend = record.backend
     acc = None
     if backends.get(backend).gpu:
-        s = devices.setup(engine, backends.get(backend), record["tag"], manifest.hardware.software_device)
+        s = devices.setup(engine, backends.get(backend), record.tag, manifest.hardware.software_device)
         if s.problem:
             raise KitError(f"{engine.name}: {s.problem}")
         acc = s.access
-    return measure(engine, record["tag"], backend, manifest.name, size_mib, access=acc)
+    return measure(engine, record.tag, backend, manifest.name, size_mib, access=acc)
 
 
 def latest(manifest_name: str, host: str) -> dict[str, Any] | None:

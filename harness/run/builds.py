@@ -13,13 +13,14 @@ from typing import Any
 from harness.image import builds as image_builds
 from harness.intake.manifest import Manifest
 from harness.models import preflight
+from harness.store.buildrecord import BuildRecord
 
 Flavours = Mapping[str, bool] | Iterable[str] | None
 
 
-def images(records: Mapping[str | None, Mapping[str, Any]]) -> dict[str | None, str]:
+def images(records: Mapping[str | None, BuildRecord]) -> dict[str | None, str]:
     """Each build's image tag, from its build record."""
-    return {name: r["tag"] for name, r in records.items()}
+    return {name: r.tag for name, r in records.items()}
 
 
 def image_for(images_by_build: Mapping[str | None, str], strategy: Any, default: str) -> str:

@@ -12,6 +12,7 @@ from harness.files import file_sha256, now_iso, recorded_path
 from harness.intake.manifest import Manifest, ModelFile
 from harness.models import gguf_facts, passbytes
 from harness.run.plan import Plan
+from harness.store.buildrecord import BuildRecord
 from harness.store.runmeta import (ManifestMeta, ModelMeta, PlanMeta, PromptMeta, RunMeta,
                                    StrategyMeta, TaskMeta)
 
@@ -39,11 +40,11 @@ def _reads(path: Path) -> passbytes.ModelReads | None:
         return None
 
 
-def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: dict[str, Any],
+def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: BuildRecord,
             model_paths: dict[str, Path], environment: dict[str, dict[str, Any]],
             bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
             aa_control: bool = False, confirm_rounds: int = 0, quiet_wait_s: float | None = None,
-            builds: dict[str, dict[str, Any]] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
+            builds: dict[str, BuildRecord] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
     """The run metadata of a new run, normalised from the manifest and the plan; `builds`: each build's record
     by name, for a manifest of several builds (`build` is the first's)."""
     folder = manifest.folder

@@ -31,6 +31,7 @@ from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan, select
 from harness.run.protocol import PROTOCOLS, Context, MeasurementProtocol, warm_shader_cache
 from harness.store import runmeta
+from harness.store.buildrecord import BuildRecord
 from harness.store.rundir import RunDir, new_run_id
 
 #: Round cap of `invoke run --until` when --max-rounds is not given.
@@ -68,11 +69,12 @@ def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | N
     return rd, dataclasses.replace(meta, plan=dataclasses.replace(p, **changes)), changes
 
 
-def _image(trusted: Trusted, engines: list[Engine], build_missing: bool, log: Callable[[str], None]) -> dict[str, Any]:
+def _image(trusted: Trusted, engines: list[Engine], build_missing: bool,
+           log: Callable[[str], None]) -> BuildRecord:
     """The build record of the manifest's image, found on every engine by its identity (harness/image/images.py);
     built where it is missing unless `build_missing` is off."""
     manifest = trusted.manifest
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, BuildRecord] = {}
     for e in engines:
         rec = images.record(e, manifest, host=e.name)
         if rec is None:
@@ -84,22 +86,22 @@ def _image(trusted: Trusted, engines: list[Engine], build_missing: bool, log: Ca
                 "(minutes the first time)")
             rec = build.build(e, trusted, host=e.name, log=log)
         records[e.name] = rec
-    tags = {r["tag"] for r in records.values()}
+    tags = {r.tag for r in records.values()}
     if len(tags) > 1:
-        which = ", ".join(f"{h}: {r['tag']}" for h, r in records.items())
+        which = ", ".join(f"{h}: {r.tag}" for h, r in records.items())
         raise KitError(f"the hosts need different images ({which}; their architectures differ): run each host in "
                        "a run of its own")
     return next(iter(records.values()))
 
 
-def check_image(engines: list[Engine], record: dict[str, Any], log: Callable[[str], None]) -> None:
+def check_image(engines: list[Engine], record: BuildRecord, log: Callable[[str], None]) -> None:
     for e in engines:
-        img = e.image(record["tag"])
+        img = e.image(record.tag)
         if img is None:
-            raise KitError(f"image {record['tag']} is not on {e.name}; run `invoke build` first")
-        if img.id != record["image_id"]:
-            log(f"note: {e.name} has {record['tag']} as {img.id[:19]}, the build record says "
-                f"{record['image_id'][:19]}; recording the engine's")
+            raise KitError(f"image {record.tag} is not on {e.name}; run `invoke build` first")
+        if img.id != record.image_id:
+            log(f"note: {e.name} has {record.tag} as {img.id[:19]}, the build record says "
+                f"{record.image_id[:19]}; recording the engine's")
 
 
 def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] | None:
@@ -182,12 +184,12 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     if meta is None:
         rd = RunDir.create(results_dir, run_id or new_run_id(manifest.name))
         meta = metadata.for_run(rd.run_id, manifest, plan, protocol.name, record, model_paths,
-                               {e.name: host_facts(e, record["tag"], setups[e.name]) for e in engines},
+                               {e.name: host_facts(e, record.tag, setups[e.name]) for e in engines},
                                _bandwidth(manifest, engines), until, max_rounds, aa_control,
                                confirm_rounds(manifest, plan.runs), quiet_wait,
                                {b: r for b, r in records.items() if b}, drawn.as_meta() if drawn else None)
         rd.write_meta(meta)
-        build.write_record(rd.path / "build.json", record)  # the build beside the results (run.json has it too)
+        record.write(rd.path / "build.json")  # the build beside the results (run.json has it too)
     elif changes:
         _say_changes(rd, meta, changes, plan, log)
     if extend is None and until is not None:
@@ -265,13 +267,13 @@ def converge(target: float) -> Extender:
     return decide
 
 
-def device_setups(manifest: mf.Manifest, engines: list[Engine], record: dict[str, Any]) -> dict[str, devices.Setup]:
+def device_setups(manifest: mf.Manifest, engines: list[Engine], record: BuildRecord) -> dict[str, devices.Setup]:
     """Each host's devices for the image's backend (harness/hosts/devices.py); a host where no device fits (a
     Vulkan image that sees only a software device, unless the manifest measures on one) stops the run here."""
-    backend = backends.get(record["plan"]["backend"])
+    backend = backends.get(record.backend)
     setups = {}
     for e in engines:
-        s = devices.setup(e, backend, record["tag"], manifest.hardware.software_device)
+        s = devices.setup(e, backend, record.tag, manifest.hardware.software_device)
         if s.problem:
             raise KitError(f"{e.name}: {s.problem}")
         setups[e.name] = s
@@ -286,11 +288,11 @@ def host_facts(engine: Engine, image: str, setup: devices.Setup) -> dict[str, An
     return out
 
 
-def image_flavours(engine: Engine, record: dict[str, Any]) -> set[str] | None:
+def image_flavours(engine: Engine, record: BuildRecord) -> set[str] | None:
     """The drafter flavours the image's llama.cpp knows (its label, read from the source at build time), or
     None when the image predates the label."""
     try:
-        img = engine.image(record["tag"])
+        img = engine.image(record.tag)
     except engine.lost_errors:
         img = None
     label = None if img is None else img.labels.get(f"{LABEL_PREFIX}.spec-flavours")
@@ -314,7 +316,7 @@ def local_preflight(manifest: mf.Manifest, plan: Plan, model_paths: dict[str, Pa
 
 
 def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str, dict[str, Path]],
-                      records: dict[str | None, dict[str, Any]], manifest: mf.Manifest) -> None:
+                      records: dict[str | None, BuildRecord], manifest: mf.Manifest) -> None:
     """The pre-flight of model files on every host, before any container starts: each strategy's files read from
     their GGUF headers (over the host's connection, not whole) against its spec type and the flavours of its own
     build's image."""
@@ -337,12 +339,12 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 
 
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: MeasurementProtocol,
-             records: dict[str | None, dict[str, Any]], paths_by_host: dict[str, dict[str, Path]],
+             records: dict[str | None, BuildRecord], paths_by_host: dict[str, dict[str, Path]],
              log: Callable[[str], None], progress: bool, access: dict[str, devices.Access],
              extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None) -> str:
     record = next(iter(records.values()))
     meta = rd.read_meta()
-    ctx = Context(rd.run_id, manifest, record["tag"], record["plan"]["backend"], paths_by_host, lambda e, w: None,
+    ctx = Context(rd.run_id, manifest, record.tag, record.backend, paths_by_host, lambda e, w: None,
                   access, per_build.images(records), meta.plan.quiet_wait_s or 0.0)
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"

@@ -56,8 +56,8 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     md.ensure(manifest, models_dir, download=True, log=log)
     for e in engines:
         for name, rec in builds.build_each(e, trusted, log=log, host=e.name):  # every build the manifest names
-            log(f"reproduce: {f'build {name}: ' if name else ''}image {rec['tag']} on {e.name} "
-                f"({'reused' if rec['reused'] else 'built'})")
+            log(f"reproduce: {f'build {name}: ' if name else ''}image {rec.tag} on {e.name} "
+                f"({'reused' if rec.reused else 'built'})")
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
     extend = decided(original, margin, cell_margin) if until and original is not None else None
     # the sampling study as the original drew it: none, the manifest's after the timed rounds, or alone

@@ -17,6 +17,7 @@ from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
 from harness.intake.manifest import Hardware, Sampling
 from harness.models.passbytes import ModelReads
+from harness.store.buildrecord import BuildRecord
 
 #: A run makes at most this many measurements, planned rounds, rounds --until adds and confirmation rounds
 #: together (a run of a few seconds per measurement would take weeks); a run folder that lists more is refused.
@@ -176,7 +177,7 @@ class RunMeta:
     strategies: list[StrategyMeta]
     tasks: list[TaskMeta]
     models: dict[str, ModelMeta]
-    build: dict[str, Any]
+    build: BuildRecord
     environment: dict[str, dict[str, Any]]
     plan: PlanMeta
     bandwidth: dict[str, Any] | None = None
@@ -184,7 +185,7 @@ class RunMeta:
     updated_at: str | None = None
     format_version: int = schema.FORMAT_VERSIONS["run"]
     #: A run of several builds: each build's record by name (`build` is the first's); empty for one build.
-    builds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    builds: dict[str, BuildRecord] = field(default_factory=dict)
 
     # -- lookups
     def strategy(self, sid: str) -> StrategyMeta:
@@ -199,7 +200,7 @@ class RunMeta:
     def planned_tasks(self) -> list[TaskMeta]:
         return [self.task(t) for t in self.plan.tasks]
 
-    def build_records(self) -> dict[str | None, dict[str, Any]]:
+    def build_records(self) -> dict[str | None, BuildRecord]:
         """Each build's record by name ({None: build} for a run of one build)."""
         return dict(self.builds) or {None: self.build}
 
@@ -218,6 +219,8 @@ class RunMeta:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["hardware"] = self.hardware_json()
+        out["build"] = self.build.to_json()
+        out["builds"] = {name: r.to_json() for name, r in self.builds.items()}
         out["interruptions"] = [x.to_json() for x in self.interruptions]
         for s in out["strategies"]:
             s["args"] = list(s["args"])
@@ -248,7 +251,8 @@ class RunMeta:
                         for s in obj["strategies"]],
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
                             bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
-            models={k: ModelMeta.from_json(m) for k, m in obj["models"].items()}, build=obj["build"], environment=obj["environment"],
+            models={k: ModelMeta.from_json(m) for k, m in obj["models"].items()},
+            build=BuildRecord.from_json(obj["build"], f"{where}: build"), environment=obj["environment"],
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
@@ -259,7 +263,8 @@ class RunMeta:
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=obj["plan"].get("distribution")),
             bandwidth=obj.get("bandwidth"), interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
-            updated_at=obj.get("updated_at"), builds=obj.get("builds", {}))
+            updated_at=obj.get("updated_at"),
+            builds={n: BuildRecord.from_json(r, f"{where}: builds.{n}") for n, r in obj.get("builds", {}).items()})
 
 
 def _known(cls: Any, x: dict[str, Any]) -> Any:
