@@ -205,7 +205,7 @@ def test_hosts_run_in_parallel_one_measurement_at_a_time_each(world, models_dir)
     a, b = ([(c.started_at, c.removed_at) for c in e.started] for e in engines[:2])
     assert any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)  # the hosts measured at the same time
     meta = RunDir.open(world / "r" / "fake").read_meta()
-    assert sorted(meta.environment) == ["a", "b", "c"] and meta.environment["b"]["hostname"] == "fake-b"
+    assert sorted(meta.environment) == ["a", "b", "c"] and meta.environment["b"].hostname == "fake-b"
 
 
 @pytest.mark.parametrize("at", [0, 4])

@@ -35,7 +35,7 @@ def test_probe_measures_and_physics_uses_it(tmp_path, demo_image, models_dir, do
         runner.run(trusted(path), results_dir=tmp_path / "r", models_dir=models_dir, run_id="p", progress=False,
                     log=lambda s: None)
         meta = RunDir.open(tmp_path / "r" / "p").read_meta()
-        assert meta.bandwidth["gbs"] == rec["gbs"] and meta.bandwidth["host"] == "local"
+        assert meta.bandwidth.gbs == rec["gbs"] and meta.bandwidth.host == "local"
         physics = summarize(RunDir.open(tmp_path / "r" / "p"))["cells"][0]["checks"]["physics"]
         assert physics["data"]["bandwidth_source"] == "measured" and physics["data"]["bandwidth_gbs"] == rec["gbs"]
     finally:

@@ -66,7 +66,7 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
     assert meta.status == "complete" and isinstance(meta.plan.shuffle_seed, int)  # drawn, recorded
     assert json.loads((demo_run / "build.json").read_text())["image_id"] == meta.build.image_id
     assert meta.manifest.sha256 == demo_manifest.sha256
-    assert meta.environment["local"]["docker_version"]
+    assert meta.environment["local"].docker_version
     # run.json carries the normalised manifest: strategies with their baseline, tasks with their prompts
     assert meta.strategy("draft-simple").baseline == "baseline" and meta.strategy("baseline").baseline is None
     assert [p.id for p in meta.task("code-gen").prompts] == ["code-gen"]

@@ -611,6 +611,9 @@ def _one_line_report(sandbox, edit, *parts):
     ("duplicate strategy", lambda m, r: m["strategies"].append(m["strategies"][0]), "appears twice"),
     ("build without plan", lambda m, r: m["build"].pop("plan"), "build: "),
     ("gpu without a name", lambda m, r: next(iter(m["environment"].values())).update(gpus=[{}]), "gpus"),
+    ("cpus as text", lambda m, r: next(iter(m["environment"].values())).update(cpus="many"), "cpus"),
+    ("bandwidth as text", lambda m, r: m.update(bandwidth={"gbs": "fast", "host": "local"}), "bandwidth.gbs"),
+    ("build record id forged", lambda m, r: m["build"].update(image_id="sha256:../x"), "build: image_id"),
 ])
 def test_a_forged_run_json_is_one_line(sandbox, case, edit, expected):
     _one_line_report(sandbox, edit, expected)

@@ -57,7 +57,7 @@ def test_vulkan_demo_run_offloads_every_layer_to_the_software_device(vulkan_run)
     for s in ("draft-simple", "ngram-mod"):
         assert sum(r["server"]["draft_n"] for r in recs if r["strategy"] == s) > 0, f"{s} drafted nothing"
     meta = rd.read_meta()
-    facts = meta.environment["local"]["devices"]
+    facts = meta.environment["local"].devices
     assert facts["backend"] == "vulkan" and facts["chosen"] == 0
     assert facts["access"]["environment"]["GGML_VK_VISIBLE_DEVICES"] == "0"
     image_id = meta.build.image_id.split(":")[-1]  # the image's own shader cache
@@ -113,7 +113,7 @@ def test_probe_measures_the_device_through_llama_cpp_and_physics_uses_it(vulkan_
     assert rec["kind"] == "ggml-copy" and rec["gbs"] > 0.1
     assert rec["raw"]["backend"] == "Vulkan" and "llvmpipe" in rec["device"]
     run = RunDir.open(vulkan_run)
-    assert run.read_meta().bandwidth["device"] == rec["device"]
+    assert run.read_meta().bandwidth.device == rec["device"]
     physics = sm.summarize(run)["cells"][0]["checks"]["physics"]
     assert physics["data"]["bandwidth_source"] == "measured" and physics["data"]["bandwidth_gbs"] == rec["gbs"]
     out = tmp_path / "R.md"

@@ -43,7 +43,7 @@ def facts(meta: RunMeta) -> dict[str, Fact]:
                 Fact(f"cmake flags{at}", " ".join(record.plan["cmake_args"]), True)]
     out += [Fact(f"model {key} sha256", m.sha256, True) for key, m in sorted(meta.models.items())]
     for host, e in sorted(meta.environment.items()):
-        hw = ", ".join(str(x) for x in (e.get("cpu_model"), e.get("cpus"), *[g["name"] for g in e.get("gpus") or []]))
+        hw = ", ".join(str(x) for x in (e.cpu_model, e.cpus, *e.gpu_names()))
         out.append(Fact(f"hardware ({host})", hw, False))
     return {f.field: f for f in out}
 

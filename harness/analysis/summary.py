@@ -74,9 +74,9 @@ def _family(table: sp.SpeedupTable) -> dict[str, Any]:
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
     """Measured bandwidth (invoke probe) for this host when present, else the manifest's."""
-    bw = meta.bandwidth or {}
-    if bw.get("gbs") and bw.get("host") in (None, host):
-        return float(bw["gbs"]), "measured"
+    bw = meta.bandwidth
+    if bw and bw.on(host) and bw.gbs:
+        return float(bw.gbs), "measured"
     return float(meta.hardware.memory_bandwidth_gbs), meta.hardware.bandwidth_source
 
 

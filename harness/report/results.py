@@ -114,9 +114,8 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     m = summary["measurements"]
     hosts = []
     for h, e in meta.environment.items():
-        gpus = e.get("gpus") or []
-        gpu = f", {', '.join(g['name'] for g in gpus)} (driver {gpus[0]['driver']})" if gpus else ""
-        hosts.append(f"{h}: {e.get('cpu_model') or '?'}, {e.get('cpus')} CPUs{gpu}, Docker {e.get('docker_version')}")
+        gpu = f", {', '.join(e.gpu_names())} (driver {e.gpus[0]['driver']})" if e.gpus else ""
+        hosts.append(f"{h}: {e.cpu_model or '?'}, {e.cpus} CPUs{gpu}, Docker {e.docker_version}")
     # a backend that compiles for GPU architectures names them in the image's label (harness/image/recipe.py)
     arches = plan["labels"].get(f"{LABEL_PREFIX}.cuda-architectures")
     rows = [
@@ -151,10 +150,10 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     qw = summary.get("quiet_wait")
     if qw:
         rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
-    devices = [f"{h}: " + "; ".join(d["line"] for d in e["devices"]["devices"])
-               + (f" (llama.cpp told to use Vulkan {e['devices']['chosen']})" if e["devices"]["chosen"] is not None
+    devices = [f"{h}: " + "; ".join(d["line"] for d in e.devices["devices"])
+               + (f" (llama.cpp told to use Vulkan {e.devices['chosen']})" if e.devices["chosen"] is not None
                   else "")
-               for h, e in meta.environment.items() if e.get("devices")]
+               for h, e in meta.environment.items() if e.devices]
     if devices:  # GPU backends (records since the device facts): CPU runs' headers stay as they were
         rows.insert(4, ("devices", fm.md(" | ".join(devices), 1000)))
     out = _table([list(r) for r in rows], ["", ""])
@@ -358,13 +357,13 @@ def _devices(v: View, meta: RunMeta) -> str:
     if not rows:
         return ""
     hosts = v.s["hosts"]
-    bw = meta.bandwidth or {}
+    bw = meta.bandwidth
     lines = []
     for h in hosts:
-        if bw.get("gbs") and bw.get("host") in (None, h):
-            on = f" on {fm.md(bw['device'])}" if bw.get("device") else ""
-            lines.append(f"- physics on {fm.md(h)}: {fm.num(bw['gbs'], 1)} GB/s measured by `invoke probe` "
-                         f"({fm.md(bw['kind'])}{on})")
+        if bw and bw.on(h):
+            on = f" on {fm.md(bw.device)}" if bw.device else ""
+            lines.append(f"- physics on {fm.md(h)}: {fm.num(bw.gbs, 1)} GB/s measured by `invoke probe` "
+                         f"({fm.md(bw.kind or '?')}{on})")
         else:
             hw = v.s["hardware"]
             lines.append(f"- physics on {fm.md(h)}: the manifest's {fm.plain(hw['memory_bandwidth_gbs'])} GB/s "

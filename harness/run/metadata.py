@@ -13,8 +13,8 @@ from harness.intake.manifest import Manifest, ModelFile
 from harness.models import gguf_facts, passbytes
 from harness.run.plan import Plan
 from harness.store.buildrecord import BuildRecord
-from harness.store.runmeta import (ManifestMeta, ModelMeta, PlanMeta, PromptMeta, RunMeta,
-                                   StrategyMeta, TaskMeta)
+from harness.store.runmeta import (HostFacts, ManifestMeta, MeasuredBandwidth, ModelMeta, PlanMeta, PromptMeta,
+                                   RunMeta, StrategyMeta, TaskMeta)
 
 
 def model_facts(model: ModelFile, path: Path) -> ModelMeta:
@@ -41,8 +41,8 @@ def _reads(path: Path) -> passbytes.ModelReads | None:
 
 
 def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: BuildRecord,
-            model_paths: dict[str, Path], environment: dict[str, dict[str, Any]],
-            bandwidth: dict[str, Any] | None, until: float | None = None, max_rounds: int | None = None,
+            model_paths: dict[str, Path], environment: dict[str, HostFacts],
+            bandwidth: MeasuredBandwidth | None, until: float | None = None, max_rounds: int | None = None,
             aa_control: bool = False, confirm_rounds: int = 0, quiet_wait_s: float | None = None,
             builds: dict[str, BuildRecord] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
     """The run metadata of a new run, normalised from the manifest and the plan; `builds`: each build's record

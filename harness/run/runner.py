@@ -104,13 +104,12 @@ def check_image(engines: list[Engine], record: BuildRecord, log: Callable[[str],
                 f"{record.image_id[:19]}; recording the engine's")
 
 
-def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> dict[str, Any] | None:
+def _bandwidth(manifest: mf.Manifest, engines: list[Engine]) -> runmeta.MeasuredBandwidth | None:
     measured = [p for p in (bandwidth.latest(manifest.name, e.name) for e in engines) if p]
     if not measured:
         return None
     m = measured[0]
-    return {"gbs": m["gbs"], "kind": m["kind"], "host": m["host"], "measured_at": m["measured_at"],
-            **({"device": m["device"]} if m.get("device") else {})}
+    return runmeta.MeasuredBandwidth(m["gbs"], m["kind"], m["host"], m["measured_at"], m.get("device") or None)
 
 
 def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | None = None,
@@ -280,12 +279,10 @@ def device_setups(manifest: mf.Manifest, engines: list[Engine], record: BuildRec
     return setups
 
 
-def host_facts(engine: Engine, image: str, setup: devices.Setup) -> dict[str, Any]:
+def host_facts(engine: Engine, image: str, setup: devices.Setup) -> runmeta.HostFacts:
     """The host's facts (harness/hosts/environment.py) and, for a GPU backend, its devices."""
-    out = environment.facts(engine, image)
-    if backends.get(setup.access.backend).gpu:
-        out["devices"] = setup.facts()
-    return out
+    gpu = backends.get(setup.access.backend).gpu
+    return runmeta.HostFacts(**environment.facts(engine, image), devices=setup.facts() if gpu else None)
 
 
 def image_flavours(engine: Engine, record: BuildRecord) -> set[str] | None:

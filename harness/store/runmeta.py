@@ -152,6 +152,52 @@ class ModelMeta:
 
 
 @dataclass(frozen=True)
+class HostFacts:
+    """One host as the run found it (harness/hosts/environment.py `facts`): machine, Docker engine, GPUs, the
+    image, and for a GPU backend its devices (harness/hosts/devices.py `Setup.facts`)."""
+
+    host: str | None = None
+    hostname: str | None = None
+    kernel: str | None = None
+    os: str | None = None
+    architecture: str | None = None
+    cpu_model: str | None = None
+    cpus: int | None = None
+    memory_bytes: int | None = None
+    docker_version: str | None = None
+    docker_api_version: str | None = None
+    cgroup_version: str | None = None
+    runtimes: list[str] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # nvidia-smi's: name, driver, memory, utilisation
+    image: dict[str, Any] | None = None  # tag, id and labels of the image the run measured with
+    devices: dict[str, Any] | None = None  # a GPU backend's: the access, what the image saw, the chosen index
+
+    def gpu_names(self) -> list[str]:
+        return [str(g.get("name")) for g in self.gpus]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if not (k in ("image", "devices") and v is None)}
+
+
+@dataclass(frozen=True)
+class MeasuredBandwidth:
+    """A memory bandwidth `invoke probe` measured on a host (the physics check uses it instead of the manifest's)."""
+
+    gbs: float | None = None
+    kind: str | None = None  # cpu-stream, cuda-copy, ggml-copy
+    host: str | None = None
+    measured_at: str | None = None
+    device: str | None = None  # the device llama.cpp's backend measured, where it says
+
+    def on(self, host: str) -> bool:
+        """Whether this measurement holds for `host`."""
+        return bool(self.gbs) and self.host in (None, host)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class Interruption:
     """A run stopped before its end: when, after how many measurements (and sampling batches)."""
 
@@ -178,9 +224,9 @@ class RunMeta:
     tasks: list[TaskMeta]
     models: dict[str, ModelMeta]
     build: BuildRecord
-    environment: dict[str, dict[str, Any]]
+    environment: dict[str, HostFacts]
     plan: PlanMeta
-    bandwidth: dict[str, Any] | None = None
+    bandwidth: MeasuredBandwidth | None = None
     interruptions: list[Interruption] = field(default_factory=list)
     updated_at: str | None = None
     format_version: int = schema.FORMAT_VERSIONS["run"]
@@ -220,6 +266,8 @@ class RunMeta:
         out = asdict(self)
         out["hardware"] = self.hardware_json()
         out["build"] = self.build.to_json()
+        out["environment"] = {h: e.to_json() for h, e in self.environment.items()}
+        out["bandwidth"] = self.bandwidth.to_json() if self.bandwidth else None
         out["builds"] = {name: r.to_json() for name, r in self.builds.items()}
         out["interruptions"] = [x.to_json() for x in self.interruptions]
         for s in out["strategies"]:
@@ -252,7 +300,8 @@ class RunMeta:
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
                             bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
             models={k: ModelMeta.from_json(m) for k, m in obj["models"].items()},
-            build=BuildRecord.from_json(obj["build"], f"{where}: build"), environment=obj["environment"],
+            build=BuildRecord.from_json(obj["build"], f"{where}: build"),
+            environment={h: _known(HostFacts, e) for h, e in obj["environment"].items()},
             plan=PlanMeta(**{k: obj["plan"][k] for k in ("strategies", "tasks", "runs", "shuffle_seed", "hosts")},
                           measurements=obj["plan"].get("measurements", 0),
                           aa_control=obj["plan"].get("aa_control", False), until=obj["plan"].get("until"),
@@ -262,7 +311,7 @@ class RunMeta:
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0),
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=obj["plan"].get("distribution")),
-            bandwidth=obj.get("bandwidth"), interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
+            bandwidth=_known(MeasuredBandwidth, obj["bandwidth"]) if obj.get("bandwidth") else None, interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
             updated_at=obj.get("updated_at"),
             builds={n: BuildRecord.from_json(r, f"{where}: builds.{n}") for n, r in obj.get("builds", {}).items()})
 
