@@ -29,14 +29,15 @@ sys.path.insert(0, str(HERE))
 from harness import KitError  # noqa: E402
 from harness.analysis import lossless  # noqa: E402
 from harness.store.rundir import RunDir  # noqa: E402
+from harness.store.runmeta import StudyMeta  # noqa: E402
 
 DEFAULT_RUN = HERE / "results" / "real-gemma3-270m-distribution"
 
 
-def populations(study: dict[str, Any], records: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], Any]:
+def populations(study: StudyMeta, records: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], Any]:
     """Per (host, task, prompt, baseline): the baseline's samples (its arm and its reference) and the control's."""
     out: dict[tuple[str, str, str, str], Any] = collections.defaultdict(lambda: {"null": [], "control": []})
-    roles = {a["id"]: (a["role"], a["baseline"]) for a in study["arms"]}
+    roles = {a.id: (a.role, a.baseline) for a in study.arms}
     for r in records:
         role, base = roles[r["arm"]]
         if r["status"] != "ok" or role == "strategy":
@@ -45,19 +46,19 @@ def populations(study: dict[str, Any], records: list[dict[str, Any]]) -> dict[tu
     return out
 
 
-def table(study: dict[str, Any], pops: dict, control: bool, rng: np.random.Generator) -> list[dict[str, Any]]:
+def table(study: StudyMeta, pops: dict, control: bool, rng: np.random.Generator) -> list[dict[str, Any]]:
     """One resampled study's batch records: every arm drawn from the baseline's population (the control from its
     own with `control`), with the arm's seeds."""
-    n = study["samples"]
+    n = study.settings.samples
     records = []
     for (host, task, prompt, base), pop in pops.items():
-        for arm in [a for a in study["arms"] if a["baseline"] == base]:
-            source = pop["control"] if control and arm["role"] == "control" else pop["null"]
+        for arm in [a for a in study.arms if a.baseline == base]:
+            source = pop["control"] if control and arm.role == "control" else pop["null"]
             picks = rng.integers(0, len(source), n)
-            samples = [{**source[i], "seed": arm["first_seed"] + j} for j, i in enumerate(picks)]
-            if arm["role"] == "strategy":  # a drafting server reports no log-probabilities
+            samples = [{**source[i], "seed": arm.first_seed + j} for j, i in enumerate(picks)]
+            if arm.role == "strategy":  # a drafting server reports no log-probabilities
                 samples = [{**s, "logprobs": None, "top": None} for s in samples]
-            records.append({"host": host, "arm": arm["id"], "task": task, "prompt": prompt, "status": "ok",
+            records.append({"host": host, "arm": arm.id, "task": task, "prompt": prompt, "status": "ok",
                             "samples": samples})
     return records
 
@@ -82,7 +83,7 @@ def main() -> int:
     kinds = {s.id: (s.spec_type, s.args) for s in meta.strategies}
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
-    print(f"{meta.run_id}: {study['samples']} samples of {study['tokens']} tokens per arm, {len(pops)} baselines x "
+    print(f"{meta.run_id}: {study.settings.samples} samples of {study.settings.tokens} tokens per arm, {len(pops)} baselines x "
           f"prompts, {args.tables} resampled tables per mode")
     for control in (False, True):
         any_false, detected_all, per_test, run_tests = 0, 0, collections.Counter(), collections.Counter()

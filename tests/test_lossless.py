@@ -211,7 +211,7 @@ def test_a_study_drawn_alone_is_recorded_judged_and_reported(world, models_dir):
     rd = RunDir.open(world / "r" / "s")
     meta = rd.read_meta()
     assert meta.plan.runs == 0 and meta.plan.measurements == 0 and rd.measurements() == []
-    assert meta.plan.distribution["samples"] == 30 and meta.status == "complete"
+    assert meta.plan.distribution.settings.samples == 30 and meta.status == "complete"
     batches = rd.samples()
     assert len(batches) == 5 * 3 and all(b["status"] == "ok" for b in batches)
     assert "sampling study: 15 batches (150 samples) drawn, 0 failed" in out
@@ -407,7 +407,7 @@ def test_the_committed_real_text_study_shows_both_stages_the_control_and_the_det
     shutil.copytree(ROOT / "results" / run.name, run)
     rd = RunDir.open(run)
     meta = rd.read_meta()
-    assert meta.plan.runs == 0 and meta.plan.distribution["samples"] == 60 and meta.status == "complete"
+    assert meta.plan.runs == 0 and meta.plan.distribution.settings.samples == 60 and meta.status == "complete"
     d = summarize(rd)["distribution"]
     strategies = [r for r in d["rows"] if r["kind"] == "strategy"]
     assert {r["arm"] for r in strategies} == {"ngram-simple[size-n=3,size-m=16]", "ngram-mod", "layer-skip-15"}
@@ -438,10 +438,10 @@ def test_the_demo_run_draws_its_sampling_study_on_every_speculative_type(demo_ru
     meta = rd.read_meta()
     study_ = meta.plan.distribution
     batches = rd.samples()
-    assert len(batches) == study_["batches"] and all(b["status"] == "ok" for b in batches), \
+    assert len(batches) == study_.batches and all(b["status"] == "ok" for b in batches), \
         [b.get("failure") for b in batches if b["status"] != "ok"]
     assert len({b["container_id"] for b in batches}) == len(batches)  # a fresh server each
-    assert all(len(s["tokens"]) == study_["tokens"] for b in batches for s in b["samples"])
+    assert all(len(s["tokens"]) == study_.settings.tokens for b in batches for s in b["samples"])
     # the server gives log-probabilities where nothing is drafted; a drafting server's are not asked for
     assert all((s.get("logprobs") is not None) == (b["role"] != "strategy") for b in batches for s in b["samples"])
     d = summarize(rd)["distribution"]
@@ -454,7 +454,7 @@ def test_the_demo_run_draws_its_sampling_study_on_every_speculative_type(demo_ru
     for r in rows.values():
         s = r["stage1"]
         if s is not None:  # a sample's first token is sampled before any draft exists: it never differs
-            assert s["paired"] == study_["samples"] and s["identical"] + len(s["divergent"]) == s["paired"]
+            assert s["paired"] == study_.settings.samples and s["identical"] + len(s["divergent"]) == s["paired"]
             assert all(x["position"] >= 1 for x in s["divergent"]), (r["arm"], s["divergent"])
             assert r["verification"] == "exact match"
     # the control (each baseline at top-k 1) is told apart on both targets: the study had power

@@ -40,6 +40,7 @@ from scipy import stats as sps
 
 from harness.analysis import inference as inf
 from harness.intake import spec_types
+from harness.store.runmeta import StudyMeta
 
 ALPHA = inf.ALPHA
 #: Label permutations per test: p-values resolve to 1/(PERMUTATIONS + 1), far below a family's strictest level.
@@ -271,40 +272,38 @@ def two_sample(a: Sequence[Sample], b: Sequence[Sample], prefix: int, rng: np.ra
 # ---------------------------------------------------------------- the table
 
 
-def _rows(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]], host: str, task: str, prompt: str,
+def _rows(study: StudyMeta, records: Sequence[Mapping[str, Any]], host: str, task: str, prompt: str,
           args: Mapping[str, tuple[str, Sequence[str]]]) -> list[dict[str, Any]]:
     """The rows of one prompt on one host before the family is judged: each strategy against its baseline, the
     baseline's A/A row and its control, for every baseline of the study."""
-    arms = study["arms"]
+    arms = study.arms
     rows = []
-    for base in [a for a in arms if a["role"] == "baseline"]:
-        got = {a["id"]: arm_samples(records, host, a["id"], task, prompt) for a in arms
-               if a["baseline"] == base["id"]}
-        ref_id = next(a["id"] for a in arms if a["baseline"] == base["id"] and a["role"] == "reference")
+    for base in [a for a in arms if a.role == "baseline"]:
+        got = {a.id: arm_samples(records, host, a.id, task, prompt) for a in arms if a.baseline == base.id}
+        ref_id = next(a.id for a in arms if a.baseline == base.id and a.role == "reference")
         ref = list(got[ref_id].values())
-        others = [a for a in arms if a["baseline"] == base["id"] and a["role"] == "strategy"] + \
-            [a for a in arms if a["id"] == base["id"]] + \
-            [a for a in arms if a["baseline"] == base["id"] and a["role"] == "control"]
+        others = [a for a in arms if a.baseline == base.id and a.role == "strategy"] + \
+            [a for a in arms if a.id == base.id] + [a for a in arms if a.baseline == base.id and a.role == "control"]
         for a in others:
-            samples = list(got[a["id"]].values())
-            kind = {"strategy": "strategy", "baseline": "aa", "control": "control"}[a["role"]]
-            row: dict[str, Any] = {"host": host, "task": task, "prompt": prompt, "arm": a["id"],
-                                   "strategy": a["strategy"], "kind": kind, "vs": ref_id, "baseline": base["id"],
+            samples = list(got[a.id].values())
+            kind = {"strategy": "strategy", "baseline": "aa", "control": "control"}[a.role]
+            row: dict[str, Any] = {"host": host, "task": task, "prompt": prompt, "arm": a.id,
+                                   "strategy": a.strategy, "kind": kind, "vs": ref_id, "baseline": base.id,
                                    "samples": len(samples), "reference_samples": len(ref), "stage1": None,
                                    "verification": None, "drafted": None}
             lps = None
             if kind == "strategy":
-                spec_type, strategy_args = args[a["strategy"]]
+                spec_type, strategy_args = args[a.strategy]
                 row["verification"] = verification(spec_type, strategy_args)
                 row["spec_type"] = spec_type
                 row["drafted"] = sum(s.drafted for s in samples)
-                row["stage1"] = seeded_equality(got[base["id"]], got[a["id"]])
-                paired = got[base["id"]]
+                row["stage1"] = seeded_equality(got[base.id], got[a.id])
+                paired = got[base.id]
                 lps = [paired[s.seed].logprob if s.seed in paired and paired[s.seed].tokens == s.tokens else None
                        for s in samples]
             if len(samples) >= 2 and len(ref) >= 2:
                 # the same relabellings for every row of a prompt: identical samples give identical p-values
-                cmp = two_sample(samples, ref, study["prefix"], row_rng(host, task, prompt), lps)
+                cmp = two_sample(samples, ref, study.settings.prefix, row_rng(host, task, prompt), lps)
                 row["tests"], row["tv"] = cmp.tests, cmp.tv
                 data = _fingerprint(host, task, prompt, ref_id, samples, lps)
                 for test in cmp.tests:
@@ -356,23 +355,24 @@ def _judge(rows: list[dict[str, Any]]) -> int:
     return len(distinct)
 
 
-def summary(study: Mapping[str, Any] | None, records: Sequence[Mapping[str, Any]], hosts: Sequence[str],
+def summary(study: StudyMeta | None, records: Sequence[Mapping[str, Any]], hosts: Sequence[str],
             args: Mapping[str, tuple[str, Sequence[str]]]) -> dict[str, Any] | None:
     """The study's table: per host, prompt and strategy the two stages, the A/A and control rows, judged as one
     family; None for a run without a sampling study. `args` gives each strategy's spec type and flags."""
     if not study:
         return None
-    rows = [r for host in hosts for task, prompt in study["prompts"]
+    rows = [r for host in hosts for task, prompt in study.settings.prompts
             for r in _rows(study, records, host, task, prompt, args)]
     family = _judge(rows)
     controls = [r for r in rows if r["kind"] == "control" and r["verdict"] != "not tested"]
     ok = [r for r in records if r["status"] == "ok"]
-    return {"settings": {k: study[k] for k in ("temperature", "top_k", "samples", "tokens", "prefix", "batch",
-                                               "seed", "control")},
+    recorded = study.to_json()
+    return {"settings": {k: recorded[k] for k in ("temperature", "top_k", "samples", "tokens", "prefix", "batch",
+                                                  "seed", "control")},
             "rows": rows, "family": {"tests": family, "method": "holm", "alpha": ALPHA,
                                      "permutations": PERMUTATIONS},
             "power": all(r["verdict"] == "differs" for r in controls) if controls else None,
-            "batches": {"planned": study.get("batches"), "ok": len(ok), "failed": len(records) - len(ok)},
+            "batches": {"planned": study.batches, "ok": len(ok), "failed": len(records) - len(ok)},
             "samples": sum(len(r["samples"]) for r in ok),
             "tokens": sum(len(s["tokens"]) for r in ok for s in r["samples"])}
 

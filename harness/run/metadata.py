@@ -14,7 +14,7 @@ from harness.models import gguf_facts, passbytes
 from harness.run.plan import Plan
 from harness.store.buildrecord import BuildRecord
 from harness.store.runmeta import (HostFacts, ManifestMeta, MeasuredBandwidth, ModelMeta, PlanMeta, PromptMeta,
-                                   RunMeta, StrategyMeta, TaskMeta)
+                                   RunMeta, StrategyMeta, StudyMeta, TaskMeta)
 
 
 def model_facts(model: ModelFile, path: Path) -> ModelMeta:
@@ -44,7 +44,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: B
             model_paths: dict[str, Path], environment: dict[str, HostFacts],
             bandwidth: MeasuredBandwidth | None, until: float | None = None, max_rounds: int | None = None,
             aa_control: bool = False, confirm_rounds: int = 0, quiet_wait_s: float | None = None,
-            builds: dict[str, BuildRecord] | None = None, distribution: dict[str, Any] | None = None) -> RunMeta:
+            builds: dict[str, BuildRecord] | None = None, distribution: StudyMeta | None = None) -> RunMeta:
     """The run metadata of a new run, normalised from the manifest and the plan; `builds`: each build's record
     by name, for a manifest of several builds (`build` is the first's)."""
     folder = manifest.folder

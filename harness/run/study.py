@@ -17,11 +17,11 @@ import dataclasses
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
 
 from harness import KitError
 from harness import formatter as fm
 from harness.intake.manifest import STUDY_TEMPERATURE, Distribution, Manifest, Prompt, Strategy, Task, study
+from harness.store.runmeta import ArmMeta, StudyMeta
 
 #: What each arm is, in the order a prompt's arms are listed: the strategy, its baseline with the same seeds, the
 #: baseline with other seeds (the reference), the baseline at the control's setting.
@@ -94,17 +94,13 @@ class Study:
                 f"{_n(len(self.batches), 'batch', 'batches')} ({_n(self.rounds, 'round')}), one fresh server per "
                 "batch, its samples one after another on it")
 
-    def as_meta(self) -> dict[str, Any]:
+    def as_meta(self) -> StudyMeta:
         """What run.json records of the study (plan.distribution): its settings and arms, so the analysis and a
         resumed run read them without the manifest."""
-        d = self.settings
-        return {"temperature": d.temperature, "top_k": d.top_k, "samples": d.samples, "tokens": d.tokens,
-                "prefix": d.prefix, "batch": d.batch, "seed": d.seed,
-                "control": {d.control[0]: d.control[1]},
-                "prompts": [[t.id, p.id] for t, p in self.prompts],
-                "arms": [{"id": a.id, "strategy": a.strategy.id, "role": a.role, "temperature": a.temperature,
-                          "top_k": a.top_k, "first_seed": a.first_seed, "baseline": a.baseline} for a in self.arms],
-                "batches": len(self.batches), "requests": self.requests}
+        settings = dataclasses.replace(self.settings, prompts=tuple((t.id, p.id) for t, p in self.prompts),
+                                       strategies=tuple(a.strategy.id for a in self.arms if a.role == "strategy"))
+        return StudyMeta(settings, tuple(ArmMeta(a.id, a.strategy.id, a.role, a.temperature, a.top_k, a.first_seed,
+                                                 a.baseline) for a in self.arms), len(self.batches), self.requests)
 
 
 def _n(count: int, noun: str, plural: str | None = None) -> str:
@@ -166,10 +162,6 @@ def settings(manifest: Manifest, samples: int | None) -> Distribution | None:
     return dataclasses.replace(d, samples=samples)
 
 
-def from_meta(recorded: dict[str, Any]) -> Distribution:
+def from_meta(r: StudyMeta) -> Distribution:
     """The study a run recorded in run.json (a resumed run draws what it planned, whatever the flags say now)."""
-    r = recorded
-    kind, value = next(iter(r["control"].items()))
-    return Distribution(r["temperature"], r.get("top_k"), r["samples"], r["tokens"], r["prefix"], r["batch"],
-                        r["seed"], tuple((t, p) for t, p in r["prompts"]),
-                        tuple(a["strategy"] for a in r["arms"] if a["role"] == "strategy"), (kind, value))
+    return r.settings

@@ -61,7 +61,7 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
     run_id = f"{manifest.name}-reproduction-{now_iso()[:19].replace(':', '').replace('-', '')}"
     extend = decided(original, margin, cell_margin) if until and original is not None else None
     # the sampling study as the original drew it: none, the manifest's after the timed rounds, or alone
-    study = None if plan is None else 0 if not plan.distribution else plan.distribution["samples"] \
+    study = None if plan is None else 0 if not plan.distribution else plan.distribution.settings.samples \
         if not plan.runs else None
     out = runner.run(trusted, results_dir=workdir / "results", models_dir=models_dir, run_id=run_id,
                      strategies=plan.strategies if plan else None, tasks=plan.tasks if plan else None,

@@ -19,7 +19,6 @@ baseline or print one build's figures under another's."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -162,35 +161,37 @@ def _study_problem(meta: RunMeta) -> str | None:
     d = meta.plan.distribution
     if not d:
         return None
-    arms = {a["id"]: a for a in d["arms"]}
-    if len(arms) != len(d["arms"]):
+    arms = {a.id: a for a in d.arms}
+    if len(arms) != len(d.arms):
         return "plan.distribution.arms: an arm id appears twice"
-    for i, a in enumerate(d["arms"]):
-        base = arms.get(a["baseline"])
-        if base is None or base["role"] != "baseline" or (a["role"] == "baseline") != (a["id"] == a["baseline"]):
-            return f"plan.distribution.arms[{i}].baseline: {a['baseline']!r} is not a baseline arm of the study"
-        if a["role"] != "strategy" and a["strategy"] != base["strategy"]:
-            return f"plan.distribution.arms[{i}].strategy: a {a['role']} arm samples its baseline's server"
-        if a["strategy"] not in meta.plan.strategies:
-            return f"plan.distribution.arms[{i}].strategy: {a['strategy']!r} is not one the run planned"
-    per_host = len(d["prompts"]) * len(arms)
-    requests = per_host * d["samples"] * len(meta.plan.hosts)
+    for i, a in enumerate(d.arms):
+        base = arms.get(a.baseline)
+        if base is None or base.role != "baseline" or (a.role == "baseline") != (a.id == a.baseline):
+            return f"plan.distribution.arms[{i}].baseline: {a.baseline!r} is not a baseline arm of the study"
+        if a.role != "strategy" and a.strategy != base.strategy:
+            return f"plan.distribution.arms[{i}].strategy: a {a.role} arm samples its baseline's server"
+        if a.strategy not in meta.plan.strategies:
+            return f"plan.distribution.arms[{i}].strategy: {a.strategy!r} is not one the run planned"
+    per_host = len(d.settings.prompts) * len(arms)
+    requests = per_host * d.settings.samples * len(meta.plan.hosts)
     if requests > MAX_MEASUREMENTS:
         return (f"plan.distribution: {fm.count(requests)} requests; a run draws at most "
                 f"{fm.count(MAX_MEASUREMENTS)} samples")
-    batches = per_host * math.ceil(d["samples"] / d["batch"]) * len(meta.plan.hosts)
-    for key, made in (("batches", batches), ("requests", requests)):
-        if d.get(key, made) != made:
-            return f"plan.distribution.{key}: {d[key]}, but its arms, prompts, samples and hosts make {made}"
+    batches = per_host * d.rounds * len(meta.plan.hosts)
+    for key, made, said in (("batches", batches, d.batches), ("requests", requests, d.requests)):
+        if said is not None and said != made:
+            return f"plan.distribution.{key}: {said}, but its arms, prompts, samples and hosts make {made}"
     return None
 
 
 def batch_problem(meta: RunMeta, rec: dict[str, Any], seen: set[str]) -> str | None:
     """Why one batch of samples.jsonl (its arm, prompt and host already known to the study) does not fit the plan,
     or None."""
-    d = meta.plan.distribution or {}
-    arm = next(a for a in d["arms"] if a["id"] == rec["arm"])
-    rnd, rounds = rec["round"], math.ceil(d["samples"] / d["batch"])
+    d = meta.plan.distribution
+    arm = d.arm(rec["arm"]) if d else None
+    if d is None or arm is None:
+        return f"arm {rec['arm']!r} is not one of the study's"
+    rnd, rounds = rec["round"], d.rounds
     if not 1 <= rnd <= rounds:
         return f"round {rnd} is not one the study planned (rounds 1 to {rounds})"
     want = f"{rec['host']}/{rec['arm']}/{rec['task']}/{rec['prompt']}/{rnd}"
@@ -201,18 +202,18 @@ def batch_problem(meta: RunMeta, rec: dict[str, Any], seen: set[str]) -> str | N
     spec = meta.strategy(rec["strategy"]).spec_type
     if rec["spec_type"] != spec:
         return f"strategy {rec['strategy']!r} has spec type {rec['spec_type']!r} here and {spec!r} in run.json"
-    for key, planned in (("temperature", arm["temperature"]), ("top_k", arm["top_k"]), ("n_predict", d["tokens"])):
+    for key, planned in (("temperature", arm.temperature), ("top_k", arm.top_k), ("n_predict", d.settings.tokens)):
         if rec[key] != planned:
-            return f"{key} {rec[key]!r}, but arm {arm['id']!r} is sampled with {planned!r}"
-    first = arm["first_seed"] + (rnd - 1) * d["batch"]
-    planned_seeds = list(range(first, arm["first_seed"] + min(rnd * d["batch"], d["samples"])))
+            return f"{key} {rec[key]!r}, but arm {arm.id!r} is sampled with {planned!r}"
+    first = arm.first_seed + (rnd - 1) * d.settings.batch
+    planned_seeds = list(range(first, arm.first_seed + min(rnd * d.settings.batch, d.settings.samples)))
     seeds = [x["seed"] for x in rec["samples"]]
     if seeds != planned_seeds[:len(seeds)] or (rec["status"] == "ok" and len(seeds) != len(planned_seeds)):
         return (f"seeds {seeds[:3]}{'...' if len(seeds) > 3 else ''} ({len(seeds)}), but round {rnd} of arm "
-                f"{arm['id']!r} draws seeds {first} to {planned_seeds[-1]}")
-    long = next((i for i, x in enumerate(rec["samples"]) if len(x["tokens"]) > d["tokens"]), None)
+                f"{arm.id!r} draws seeds {first} to {planned_seeds[-1]}")
+    long = next((i for i, x in enumerate(rec["samples"]) if len(x["tokens"]) > d.settings.tokens), None)
     if long is not None:
-        return f"samples[{long}]: {len(rec['samples'][long]['tokens'])} tokens, more than the {d['tokens']} asked for"
+        return f"samples[{long}]: {len(rec['samples'][long]['tokens'])} tokens, more than the {d.settings.tokens} asked for"
     return None
 
 

@@ -176,8 +176,8 @@ class RunDir:
         study = meta.plan.distribution
         if not study:
             raise KitError(f"{self.samples_file}: the run planned no sampling study (run.json: plan.distribution)")
-        arms = {a["id"]: (a["strategy"], a["role"]) for a in study["arms"]}
-        prompts = {tuple(x) for x in study["prompts"]}
+        arms = {a.id: (a.strategy, a.role) for a in study.arms}
+        prompts = set(study.settings.prompts)
         for rec, n in zip(records, line_numbers, strict=False):
             wrong = ("arm", rec["arm"], sorted(arms)) if rec["arm"] not in arms else \
                 ("strategy and role", (rec["strategy"], rec["role"]), [arms[rec["arm"]]]) \

@@ -15,7 +15,7 @@ from harness import KitError, schema
 from harness.formatter import console
 from harness.intake import spec_types
 from harness.intake.bounded_yaml import parse_yaml
-from harness.intake.manifest import Hardware, Sampling
+from harness.intake.manifest import Distribution, Hardware, Sampling
 from harness.models.passbytes import ModelReads
 from harness.store.buildrecord import BuildRecord
 
@@ -115,11 +115,63 @@ class PlanMeta:
     #: threshold (None: no wait; harness/run/interference.py).
     quiet_wait_s: float | None = None
     #: The sampling study (harness/run/sampling.py `Study.as_meta`): settings and arms; None without one.
-    distribution: dict[str, Any] | None = None
+    distribution: StudyMeta | None = None
 
     def confirm_from(self) -> int | None:
         """The first confirmation round, None when none was added."""
         return next((x.round for x in self.extra_rounds if x.confirms), None)
+
+
+@dataclass(frozen=True)
+class ArmMeta:
+    """One arm of the sampling study: a strategy's server sampled at a temperature and top-k from a first seed; a
+    baseline arm is its own `baseline`, every other arm is compared with one."""
+
+    id: str
+    strategy: str
+    role: str  # baseline, reference (the baseline with other seeds), control (at other settings), strategy
+    temperature: float
+    top_k: int | None
+    first_seed: int
+    baseline: str
+
+
+@dataclass(frozen=True)
+class StudyMeta:
+    """The sampling study a run planned (run.json plan.distribution; harness/run/study.py): its settings (the
+    manifest's record: temperature, samples, tokens, prompts, control, ...), its arms, and the batches and requests
+    they make. The file holds the settings and the rest side by side."""
+
+    settings: Distribution
+    arms: tuple[ArmMeta, ...]
+    batches: int | None = None
+    requests: int | None = None
+
+    @property
+    def rounds(self) -> int:
+        """Batches per arm, prompt and host."""
+        return -(-self.settings.samples // self.settings.batch)
+
+    def arm(self, arm_id: str) -> ArmMeta | None:
+        return next((a for a in self.arms if a.id == arm_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.settings
+        out = {"temperature": d.temperature, "top_k": d.top_k, "samples": d.samples, "tokens": d.tokens,
+               "prefix": d.prefix, "batch": d.batch, "seed": d.seed, "control": {d.control[0]: d.control[1]},
+               "prompts": [list(p) for p in d.prompts], "arms": [asdict(a) for a in self.arms],
+               "batches": self.batches, "requests": self.requests}
+        return {k: v for k, v in out.items() if not (k in ("batches", "requests") and v is None)}
+
+    @classmethod
+    def from_json(cls, x: dict[str, Any]) -> StudyMeta:
+        """From run.json (its types checked by the schema); the strategies sampled are those of its arms."""
+        arms = tuple(_known(ArmMeta, a) for a in x["arms"])
+        kind, value = next(iter(x["control"].items()))
+        settings = Distribution(x["temperature"], x.get("top_k"), x["samples"], x["tokens"], x["prefix"], x["batch"],
+                                x["seed"], tuple((t, p) for t, p in x["prompts"]),
+                                tuple(a.strategy for a in arms if a.role == "strategy"), (kind, value))
+        return cls(settings, arms, x.get("batches"), x.get("requests"))
 
 
 @dataclass(frozen=True)
@@ -280,8 +332,10 @@ class RunMeta:
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
         out["plan"]["extra_rounds"] = [x.to_json() for x in self.plan.extra_rounds]
-        if out["plan"]["distribution"] is None:  # a run without a sampling study keeps the file it always had
+        if self.plan.distribution is None:  # a run without a sampling study keeps the file it always had
             del out["plan"]["distribution"]
+        else:
+            out["plan"]["distribution"] = self.plan.distribution.to_json()
         order = ["format_version", "run_id", "created_at", "updated_at", "status", "protocol", "kit_version"]
         return {k: out[k] for k in order if out[k] is not None} | {k: v for k, v in out.items() if k not in order}
 
@@ -310,7 +364,8 @@ class RunMeta:
                                         for k, x in enumerate(obj["plan"].get("extra_rounds", []))],
                           confirm_rounds=obj["plan"].get("confirm_rounds", 0),
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
-                          distribution=obj["plan"].get("distribution")),
+                          distribution=StudyMeta.from_json(obj["plan"]["distribution"])
+                          if obj["plan"].get("distribution") else None),
             bandwidth=_known(MeasuredBandwidth, obj["bandwidth"]) if obj.get("bandwidth") else None, interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
             updated_at=obj.get("updated_at"),
             builds={n: BuildRecord.from_json(r, f"{where}: builds.{n}") for n, r in obj.get("builds", {}).items()})
