@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats as sps
@@ -60,6 +61,15 @@ class Call(StrEnum):
     NOT_COMPARABLE = "not comparable"
 
 
+class RowKey(NamedTuple):
+    """Where a row of the reproduction table sits: a cell (records.CellKey), or with task None a strategy's geometric
+    mean over the tasks."""
+
+    host: str
+    strategy: str
+    task: str | None
+
+
 class Match(StrEnum):
     IDENTICAL = "identical"
     DIFFER = "differ"
@@ -71,9 +81,7 @@ class Row:
     """One cell (or, with task None, one strategy's geometric mean) of A against B: both speedups by the same
     estimator, B/A with its interval, and the call against `margin` (the cell margin for a cell)."""
 
-    host: str
-    strategy: str
-    task: str | None
+    key: RowKey
     call: Call
     margin: float
     est_a: inf.Estimate | None = None  # A's speedup (or geometric mean) in logs
@@ -91,6 +99,18 @@ class Row:
     fingerprint_b: Fingerprint | None = None
     tok_s_ratio: float | None = None
     tasks: tuple[str, ...] = ()
+
+    @property
+    def host(self) -> str:
+        return self.key.host
+
+    @property
+    def strategy(self) -> str:
+        return self.key.strategy
+
+    @property
+    def task(self) -> str | None:
+        return self.key.task
 
     @property
     def speedup_a(self) -> float | None:
@@ -221,7 +241,7 @@ def _row(ca: CellStats, cb: CellStats | None, ea: inf.Estimate | None, eb: inf.E
          cell_margin: float) -> Row:
     k = ca.key
     if cb is None:
-        return Row(k.host, k.strategy, k.task, Call.MISSING, cell_margin, est_a=ea,
+        return Row(RowKey(*k), Call.MISSING, cell_margin, est_a=ea,
                    point_a=ca.speedup.estimate if ca.speedup else None)
     fp = _match(ca.fingerprint, cb.fingerprint)
     tok = cb.tok_s_median / ca.tok_s_median if ca.tok_s_median and cb.tok_s_median else None
@@ -230,10 +250,10 @@ def _row(ca: CellStats, cb: CellStats | None, ea: inf.Estimate | None, eb: inf.E
               "tok_s_ratio": tok, "n_a": len(sa.rounds) if sa else 0, "n_b": len(sb.rounds) if sb else 0,
               "point_a": sa.estimate if sa else None, "point_b": sb.estimate if sb else None}
     if sa is None or sb is None:
-        return Row(k.host, k.strategy, k.task, Call.BASELINE, cell_margin, **common)
+        return Row(RowKey(*k), Call.BASELINE, cell_margin, **common)
     if ea is None or eb is None:
-        return Row(k.host, k.strategy, k.task, Call.INCONCLUSIVE, cell_margin, est_a=ea, est_b=eb, **common)
-    return Row(k.host, k.strategy, k.task, Call.INCONCLUSIVE, cell_margin, est_a=ea, est_b=eb,
+        return Row(RowKey(*k), Call.INCONCLUSIVE, cell_margin, est_a=ea, est_b=eb, **common)
+    return Row(RowKey(*k), Call.INCONCLUSIVE, cell_margin, est_a=ea, est_b=eb,
                est=inf.difference(eb, ea), **common)
 
 
@@ -247,11 +267,11 @@ def _geomean_rows(rows: list[Row], margin: float) -> list[Row]:
     for (host, strategy), rs in groups.items():
         use = [r for r in rs if r.est is not None]
         if not use:
-            out.append(Row(host, strategy, None, Call.INCONCLUSIVE, margin))
+            out.append(Row(RowKey(host, strategy, None), Call.INCONCLUSIVE, margin))
             continue
         ga = inf.combine([r.est_a for r in use])
         gb = inf.combine([r.est_b for r in use])
-        out.append(Row(host, strategy, None, Call.INCONCLUSIVE, margin, est_a=ga, est_b=gb,
+        out.append(Row(RowKey(host, strategy, None), Call.INCONCLUSIVE, margin, est_a=ga, est_b=gb,
                        est=inf.difference(gb, ga), n_a=min(r.n_a for r in use), n_b=min(r.n_b for r in use),
                        tasks=tuple(r.task for r in use)))
     return out
