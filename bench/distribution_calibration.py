@@ -83,7 +83,8 @@ def main() -> int:
     kinds = {s.id: (s.spec_type, s.args) for s in meta.strategies}
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
-    print(f"{meta.run_id}: {study.settings.samples} samples of {study.settings.tokens} tokens per arm, {len(pops)} baselines x "
+    print(f"{meta.run_id}: {study.settings.samples} samples of {study.settings.tokens} tokens per arm, "
+          f"{len(pops)} baselines x "
           f"prompts, {args.tables} resampled tables per mode")
     for control in (False, True):
         any_false, detected_all, per_test, run_tests = 0, 0, collections.Counter(), collections.Counter()

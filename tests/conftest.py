@@ -17,11 +17,11 @@ import yaml
 
 from harness import ROOT, KitError
 from harness.image import build as bd
-from harness.store.buildrecord import BuildRecord
 from harness.intake import manifest as mf
 from harness.intake import trust
 from harness.models import ensure as md
 from harness.models import generate
+from harness.store.buildrecord import BuildRecord
 
 DEMO = ROOT / "manifests" / "demo-cpu.yaml"
 VULKAN = ROOT / "manifests" / "demo-vulkan.yaml"

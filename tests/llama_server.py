@@ -24,7 +24,7 @@ class Outcome:
     content: str | None
     timings: dict[str, Any]
     log: str
-    parsed: dict[str, Any] = field(default_factory=dict)
+    parsed: serverlog.ServerLog = field(default_factory=serverlog.ServerLog)
     exit_code: int | None = None
 
     @property

@@ -142,16 +142,16 @@ def test_per_call_lines_counted_as_by_hand_and_as_the_server_itself(name, accept
     assert {i: n for i, n in enumerate(calls["drafted"]) if n} == drafted
     # the figures the report shows, from a record holding these calls ...
     rec = {"strategy": "s", "task": "t", "status": "ok", "client": {"decode_tok_s": 1.0}, "spec_type": "x",
-           "server": {"predicted_n": 128, "draft_n": parsed["draft_acceptance"]["generated"],
-                      "draft_n_accepted": parsed["draft_acceptance"]["accepted"]},
+           "server": {"predicted_n": 128, "draft_n": parsed.draft_acceptance["generated"],
+                      "draft_n_accepted": parsed.draft_acceptance["accepted"]},
            "server_log": {"draft_calls": calls}}
     pos = acc.Positions()
     pos.add(Measurement.of(rec))
     # ... are the server's own per-position acceptance (its `acc per pos` line, trace level), to its 3 decimals
-    assert len(pos.shares) == len(parsed["acc_per_pos"])
-    for mine, server in zip(pos.shares, parsed["acc_per_pos"], strict=True):
+    assert len(pos.shares) == len(parsed.acc_per_pos)
+    for mine, server in zip(pos.shares, parsed.acc_per_pos, strict=True):
         assert mine == pytest.approx(server, abs=5e-4)
-    assert 1 + sum(pos.shares) == pytest.approx(parsed["draft_acceptance"]["mean_len"], abs=5e-3)
+    assert 1 + sum(pos.shares) == pytest.approx(parsed.draft_acceptance["mean_len"], abs=5e-3)
 
 
 def test_calls_missing_from_the_log_give_no_figures_rather_than_partial_ones():
@@ -173,7 +173,7 @@ def test_a_reused_servers_earlier_requests_are_left_out_and_a_restored_checkpoin
     # the second request (task 5): its 8/8 calls became 3/8 with a checkpoint restored, each followed by the
     # replay of the 3 accepted tokens and the corrected one (4/4), which the server does not count as a call
     # (its own acceptance line would say 98 - 8*5 accepted: the test gives it that line)
-    parsed["task_accepted"][5] = 98 - 8 * 5
+    parsed.task_accepted[5] = 98 - 8 * 5
     later = serverlog.draft_calls(parsed, skip={0})
     assert later is not None and later["calls"] == 29 and later["accepted"][3] == 8 and len(later["accepted"]) == 8
     assert later["tasks"] == 1

@@ -54,7 +54,7 @@ def baselines(docker_client, image, models) -> dict[str, Outcome]:
     for target in sorted({t for t, _ in TYPES.values()}):
         out[target] = run_once(docker_client, image, models, ["-m", f"/models/{target}", "--spec-type", "none"],
                                PROMPT, N_PREDICT)
-        assert out[target].content is not None, out[target].parsed["failure"]
+        assert out[target].content is not None, out[target].parsed.failure
         assert out[target].draft_n == 0
     return out
 
@@ -67,14 +67,14 @@ def test_type_drafts_and_matches_the_baseline(docker_client, image, models, base
     assert pf.check(spec, gf.read_facts(models / target), gf.read_facts(models / draft) if draft else None,
                     ALL) == []
     o = run_once(docker_client, image, models, args, PROMPT, N_PREDICT)
-    assert o.content is not None, f"{spec}: {o.parsed['failure']} (exit {o.exit_code})"
+    assert o.content is not None, f"{spec}: {o.parsed.failure} (exit {o.exit_code})"
     assert o.draft_n > 0
     assert o.content == baselines[target].content  # temperature 0: speculation must not change the text here
     if draft or spec == "draft-mtp":
         assert 0 < o.accepted < o.draft_n  # the drafter agrees with its target in part
     # the server's own account matches the response's timings
-    assert o.parsed["draft_acceptance"]["accepted"] == o.accepted
-    assert o.parsed["draft_acceptance"]["generated"] == o.draft_n
+    assert o.parsed.draft_acceptance["accepted"] == o.accepted
+    assert o.parsed.draft_acceptance["generated"] == o.draft_n
 
 
 def test_types_differ_in_how_far_they_agree(docker_client, image, models):
@@ -84,8 +84,8 @@ def test_types_differ_in_how_far_they_agree(docker_client, image, models):
         target, draft = TYPES[spec]
         o = run_once(docker_client, image, models, ["-m", f"/models/{target}", "-md", f"/models/{draft}",
                                                     "--spec-type", spec, "-lv", "4"], PROMPT, 64)
-        per_pos[spec] = o.parsed["acc_per_pos"]
-        assert o.parsed["statistics"][spec]["acc_tokens"] == o.accepted
+        per_pos[spec] = o.parsed.acc_per_pos
+        assert o.parsed.statistics[spec]["acc_tokens"] == o.accepted
     assert per_pos["draft-dflash"][0] > 0.8 and per_pos["draft-dflash"][1:] == [0.0, 0.0]
     assert min(per_pos["draft-eagle3"]) > 0.5
 
@@ -101,8 +101,8 @@ def test_passes_every_rule_and_still_aborts_at_start(docker_client, image, model
     o = run_once(docker_client, image, models, ["-m", "/models/tiny-target.gguf", "-md", "/models/dflash2-k16.gguf",
                                                 "--spec-type", "draft-dflash"], PROMPT, 16)
     assert o.content is None and o.exit_code not in (None, 0)
-    assert o.parsed["failure"] == "ggml.c:1814: GGML_ASSERT(obj_new) failed"
-    assert o.parsed["failure_detail"].startswith("ggml_new_object: not enough space in the context's memory pool")
+    assert o.parsed.failure == "ggml.c:1814: GGML_ASSERT(obj_new) failed"
+    assert o.parsed.failure_detail.startswith("ggml_new_object: not enough space in the context's memory pool")
 
 
 def _extra_tensor(p):
@@ -134,7 +134,7 @@ def test_rule_catches_what_the_server_aborts_on(docker_client, image, models, ed
     o = run_once(docker_client, image, models, ["-m", "/models/tiny-target.gguf", "-md", f"/models/{name}",
                                                 "--spec-type", "draft-dflash"], PROMPT, 16)
     assert o.content is None
-    assert server_says in o.parsed["failure"]
+    assert server_says in o.parsed.failure
 
 
 def test_rule_catches_what_the_server_runs_silently_as_something_else(docker_client, image, models):
@@ -143,8 +143,8 @@ def test_rule_catches_what_the_server_runs_silently_as_something_else(docker_cli
     assert pf.check("draft-dflash", t, d, ALL) != []
     o = run_once(docker_client, image, models, ["-m", "/models/tiny-target.gguf", "-md", "/models/tiny-dspark.gguf",
                                                 "--spec-type", "draft-dflash"], PROMPT, 32)
-    assert o.content is not None and o.parsed["failure"] is None and o.draft_n > 0
-    assert o.parsed["implementations"] == ["draft-dflash"]
+    assert o.content is not None and o.parsed.failure is None and o.draft_n > 0
+    assert o.parsed.implementations == ["draft-dflash"]
 
 
 # ---------------------------------------------------------------- the same, through the kit

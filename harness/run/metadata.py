@@ -13,8 +13,18 @@ from harness.intake.manifest import Manifest, ModelFile
 from harness.models import gguf_facts, passbytes
 from harness.run.plan import Plan
 from harness.store.buildrecord import BuildRecord
-from harness.store.runmeta import (HostFacts, ManifestMeta, MeasuredBandwidth, ModelMeta, PlanMeta, PromptMeta,
-                                   RunMeta, StrategyMeta, StudyMeta, TaskMeta)
+from harness.store.runmeta import (
+    HostFacts,
+    ManifestMeta,
+    MeasuredBandwidth,
+    ModelMeta,
+    PlanMeta,
+    PromptMeta,
+    RunMeta,
+    StrategyMeta,
+    StudyMeta,
+    TaskMeta,
+)
 
 
 def model_facts(model: ModelFile, path: Path) -> ModelMeta:

@@ -94,7 +94,7 @@ def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Serv
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
-def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, Any]:
+def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, object]:
     """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
     statistics, the speculative implementations it added with their parameters, and each draft call's accepted
     and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
@@ -104,19 +104,19 @@ def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str
     while True:
         parsed = serverlog.parse(server.log(tail=tail))
         # the server logs from a thread of its own: a request's last lines may follow its response
-        late = [t for t in parsed["calls"] if t not in seen and t not in parsed["task_accepted"]]
+        late = [t for t in parsed.calls if t not in seen and t not in parsed.task_accepted]
         if not late or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    out = {k: parsed[k] for k in ("draft_acceptance", "acc_per_pos", "statistics", "implementations", "params")}
+    out = parsed.speculation()
     calls = serverlog.draft_calls(parsed, seen)
-    seen.update(parsed["calls"], parsed["task_accepted"])
+    seen.update(parsed.calls, parsed.task_accepted)
     if calls is not None:
         out["draft_calls"] = calls
     return out
 
 
-def device_use(ctx: Context, server: Server) -> dict[str, Any] | None:
+def device_use(ctx: Context, server: Server) -> serverlog.DeviceLoad | None:
     """For a GPU backend, what the server's load lines say: the device each model went to, the layers offloaded,
     the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
     if not backends.get(ctx.backend).gpu:

@@ -1,7 +1,7 @@
 """What llama-server's log says (as `container.logs()` returns it): why it stopped, and its own speculative
 statistics.
 
-`parse(log)` returns a dict:
+`parse(log)` returns a `ServerLog`:
 
 - `failure`: the line that explains an abort or a refused start, without its timestamp: a ggml assertion or
   abort (`ggml.c:3354: GGML_ASSERT(ggml_can_mul_mat(a, b)) failed`, `common.cpp:2225: get_sub_batch: failed
@@ -36,7 +36,8 @@ each device (model, KV cache, recurrent state, compute), in load order: the targ
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 _PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([DIWEO]) ")
 _ASSERT = re.compile(r"^(?:\S*/)?([\w.-]+\.(?:c|cc|cpp|cu|h|hpp)):(\d+): (.+)$")
@@ -107,14 +108,14 @@ def failure(lines: list[str]) -> tuple[str | None, str | None]:
     return generic, None
 
 
-def devices(log: str | bytes) -> dict[str, Any] | None:
+def devices(log: str | bytes) -> DeviceLoad | None:
     """What the server's load lines say about devices (see the module docstring), or None when they name no device
     (a CPU build, or a log that lost its first lines).
 
     Returns {"models": [{"device", "description", "free_mib", "layers_offloaded", "layers", "buffers_mib"}...] in
     load order, "device_buffers_mib": {device: {kind: MiB}}, "device_mib": total MiB on devices}."""
     text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else log
-    models: list[dict[str, Any]] = []
+    models: list[LoadedModel] = []
     on_device: dict[str, dict[str, float]] = {}
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw)
@@ -140,66 +141,121 @@ def devices(log: str | bytes) -> dict[str, Any] | None:
     return {"models": models, "device_buffers_mib": on_device, "device_mib": total}
 
 
-def parse(log: str | bytes) -> dict[str, Any]:
+class DraftAcceptance(TypedDict):
+    """The server's `draft acceptance = ...` line."""
+
+    rate: float
+    accepted: int
+    generated: int
+    mean_len: float
+
+
+class LoadedModel(TypedDict):
+    """Where the load lines put one model: its device, the layers offloaded, its model buffers per device."""
+
+    device: str
+    description: str
+    free_mib: int
+    layers_offloaded: int | None
+    layers: int | None
+    buffers_mib: dict[str, float]
+
+
+class DeviceLoad(TypedDict):
+    """What `devices` reads: each model in load order, the buffers per device and kind, their total in MiB."""
+
+    models: list[LoadedModel]
+    device_buffers_mib: dict[str, dict[str, float]]
+    device_mib: float
+
+
+Counters = dict[str, int | float | list[float] | dict[str, float]]  # one implementation's `statistics` line
+
+
+@dataclass
+class ServerLog:
+    """What one llama-server log says (see the module docstring for each field)."""
+
+    failure: str | None = None
+    failure_detail: str | None = None
+    draft_acceptance: DraftAcceptance | None = None
+    acc_per_pos: list[float] | None = None
+    statistics: dict[str, Counters] = field(default_factory=dict)  # per implementation
+    implementations: list[str] = field(default_factory=list)
+    params: dict[str, float | int | str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    requests: int = 0
+    calls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    task_accepted: dict[int, int] = field(default_factory=dict)
+
+    def speculation(self) -> dict[str, object]:
+        """The fields a measurement record keeps under `server_log` (schemas/result.schema.json)."""
+        return {"draft_acceptance": self.draft_acceptance, "acc_per_pos": self.acc_per_pos,
+                "statistics": self.statistics, "implementations": self.implementations, "params": self.params}
+
+
+def parse(log: str | bytes) -> ServerLog:
     """Everything `parse` knows about one llama-server log (see the module docstring)."""
     text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else log
     lines = text.splitlines()
-    out: dict[str, Any] = {"failure": None, "failure_detail": None, "draft_acceptance": None, "acc_per_pos": None,
-                           "statistics": {}, "implementations": [], "params": {}, "timings": {}, "requests": 0,
-                           "calls": {}, "task_accepted": {}}
+    out = ServerLog()
     replay: set[int] = set()  # tasks whose next call line is the replay after a restored checkpoint
-    out["failure"], out["failure_detail"] = failure(lines)
+    out.failure, out.failure_detail = failure(lines)
     in_impl = False
     for raw in lines:
         line = _PREFIX.sub("", raw)
         m = _IMPL.search(line)
         if m:
-            out["implementations"].append(m.group(1))
+            out.implementations.append(m.group(1))
             in_impl = True
             continue
         if in_impl and re.search(r":\s+- \w+=", line):
             for k, v in _PARAM.findall(line.split(": -", 1)[1]):
-                out["params"][k] = _number(v)
+                out.params[k] = _number(v)
             continue
         in_impl = False
         m = _CALL.search(line)
         if m:
-            _call(out["calls"], replay, int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4)))
+            _call(out.calls, replay, int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4)))
             continue
         m = _ACCEPTANCE.search(line)
         if m:
-            out["draft_acceptance"] = {"rate": float(m.group(1)), "accepted": int(m.group(2)),
-                                       "generated": int(m.group(3)), "mean_len": float(m.group(4))}
+            out.draft_acceptance = {"rate": float(m.group(1)), "accepted": int(m.group(2)),
+                                    "generated": int(m.group(3)), "mean_len": float(m.group(4))}
             task = _TASK.search(line)
             if task:
-                out["task_accepted"][int(task.group(1))] = int(m.group(2))
+                out.task_accepted[int(task.group(1))] = int(m.group(2))
             continue
         m = _PER_POS.search(line)
         if m:
-            out["acc_per_pos"] = _floats(m.group(1))
+            out.acc_per_pos = _floats(m.group(1))
             continue
         m = _STATS.search(line)
         if m:
-            g = m.groups()
-            s: dict[str, Any] = {k: int(v) for k, v in zip(
-                ("calls_begin", "calls_draft", "calls_accept", "gen_drafts", "acc_drafts", "gen_tokens",
-                 "acc_tokens"), g[1:8], strict=True)}
-            if g[8] is not None:
-                s["mean_acc_len"] = float(g[8])
-                s["acc_rate_per_pos"] = _floats(g[9])
-            if g[10] is not None:
-                s["dur_ms"] = {"begin": float(g[10]), "draft": float(g[11]), "accept": float(g[12])}
-            out["statistics"][g[0]] = s
+            out.statistics[m.group(1)] = _statistics(m.groups())
             continue
         m = _PROMPT.search(line)
         if m:
-            out["requests"] += 1
-            out["timings"] = {"prompt_ms": float(m.group(1)), "prompt_tokens": int(m.group(2))}
+            out.requests += 1
+            out.timings = {"prompt_ms": float(m.group(1)), "prompt_tokens": int(m.group(2))}
             continue
         m = _EVAL.search(line)
         if m:
-            out["timings"].update({"eval_ms": float(m.group(1)), "eval_tokens": int(m.group(2))})
+            out.timings.update({"eval_ms": float(m.group(1)), "eval_tokens": int(m.group(2))})
     return out
+
+
+def _statistics(g: tuple[str | Any, ...]) -> Counters:
+    """One implementation's `statistics` line (the groups of _STATS) as the record keeps it."""
+    s: Counters = {k: int(v) for k, v in zip(
+        ("calls_begin", "calls_draft", "calls_accept", "gen_drafts", "acc_drafts", "gen_tokens", "acc_tokens"),
+        g[1:8], strict=True)}
+    if g[8] is not None:
+        s["mean_acc_len"] = float(g[8])
+        s["acc_rate_per_pos"] = _floats(g[9])
+    if g[10] is not None:
+        s["dur_ms"] = {"begin": float(g[10]), "draft": float(g[11]), "accept": float(g[12])}
+    return s
 
 
 def _call(calls: dict[int, list[tuple[int, int]]], replay: set[int], task: int, accepted: int, drafted: int,
@@ -214,20 +270,20 @@ def _call(calls: dict[int, list[tuple[int, int]]], replay: set[int], task: int, 
         calls.setdefault(task, []).append((accepted, drafted))
 
 
-def draft_calls(parsed: dict[str, Any], skip: set[int] | frozenset[int] = frozenset()) -> dict[str, Any] | None:
+def draft_calls(parsed: ServerLog, skip: set[int] | frozenset[int] = frozenset()) -> dict[str, int | list[int]] | None:
     """The draft calls of the parsed log's tasks (those in `skip` left out: a reused server's earlier requests) as
     histograms: `accepted[i]` calls accepted exactly i drafted tokens, `drafted[i]` calls drafted exactly i;
     `calls` in all. None when no call line was printed (LLAMA_TRACE unset, or nothing drafted), or when a task's
     calls do not add up to the accepted count of its own `draft acceptance` line (lines cut off: no partial
     figures)."""
-    tasks = [t for t in parsed.get("calls", {}) if t not in skip]
+    tasks = [t for t in parsed.calls if t not in skip]
     if not tasks:
         return None
     acc: list[int] = []
     dr: list[int] = []
     for t in tasks:
-        calls = parsed["calls"][t]
-        if parsed["task_accepted"].get(t) != sum(a for a, _ in calls):
+        calls = parsed.calls[t]
+        if parsed.task_accepted.get(t) != sum(a for a, _ in calls):
             return None
         for a, d in calls:
             for hist, i in ((acc, a), (dr, d)):

@@ -213,7 +213,8 @@ def batch_problem(meta: RunMeta, rec: dict[str, Any], seen: set[str]) -> str | N
                 f"{arm.id!r} draws seeds {first} to {planned_seeds[-1]}")
     long = next((i for i, x in enumerate(rec["samples"]) if len(x["tokens"]) > d.settings.tokens), None)
     if long is not None:
-        return f"samples[{long}]: {len(rec['samples'][long]['tokens'])} tokens, more than the {d.settings.tokens} asked for"
+        got = len(rec['samples'][long]['tokens'])
+        return f"samples[{long}]: {got} tokens, more than the {d.settings.tokens} asked for"
     return None
 
 

@@ -366,7 +366,8 @@ class RunMeta:
                           quiet_wait_s=obj["plan"].get("quiet_wait_s"),
                           distribution=StudyMeta.from_json(obj["plan"]["distribution"])
                           if obj["plan"].get("distribution") else None),
-            bandwidth=_known(MeasuredBandwidth, obj["bandwidth"]) if obj.get("bandwidth") else None, interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
+            bandwidth=_known(MeasuredBandwidth, obj["bandwidth"]) if obj.get("bandwidth") else None,
+            interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
             updated_at=obj.get("updated_at"),
             builds={n: BuildRecord.from_json(r, f"{where}: builds.{n}") for n, r in obj.get("builds", {}).items()})
 
