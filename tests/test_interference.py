@@ -154,9 +154,10 @@ def test_exec_fallback_reads_the_same_counter(docker_client, sleeper):
 @pytest.mark.image
 def test_around_fills_the_record_field(docker_client, sleeper):
     engine = LocalEngine(docker_client)
-    with itf.around(engine, sleeper) as figure:
-        assert figure == {}
+    with itf.around(engine, sleeper) as watched:
+        assert watched.window is None
         time.sleep(0.3)
+    figure = watched.window.as_dict()
     assert figure["window_s"] == pytest.approx(0.3, abs=0.1)
     assert set(figure) >= {"others_s", "others_cores", "container_s", "disturbed", "reasons", "sample_cost_s"}
     schema = json.loads((SCHEMAS / "result.schema.json").read_text())["properties"]["interference"]

@@ -23,6 +23,7 @@ import numpy as np
 from harness import formatter as fm
 from harness.hosts.engine import Endpoint
 from harness.intake.manifest import Manifest, Task
+from harness.run.interference import Watched, Window
 
 #: A llama-server answer larger than this is not one the kit asked for.
 MAX_RESPONSE_BYTES = 64 << 20
@@ -32,7 +33,7 @@ class MeasurementFailed(Exception):
     """The server or a request failed; the reason, the phase and the server's log tail go into the record."""
 
     def __init__(self, reason: str, log_tail: str = "", phase: str = "request",
-                 interference: dict[str, Any] | None = None):
+                 interference: Window | None = None):
         super().__init__(reason)
         self.reason = reason
         self.log_tail = log_tail
@@ -278,27 +279,27 @@ def figures(res: StreamResult) -> dict[str, Any]:
 
 
 def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str, with_probs: bool,
-                parallel: int = 1, window: Callable[[], AbstractContextManager[dict[str, Any]]] | None = None,
+                parallel: int = 1, window: Callable[[], AbstractContextManager[Watched]] | None = None,
                 ) -> dict[str, Any]:
     """The timed request (and for the baseline, the untimed probability request) against a ready server.
     With parallel > 1, that many identical requests run at once and the aggregate is recorded too. `window`
     wraps the timed request alone (the interference measurement); what it yields goes into `interference`."""
     rendered = render_prompt(endpoint, manifest, prompt)
     concurrency = None
-    observed: dict[str, Any] = {}
+    observed = Watched()
     try:
-        with window() if window is not None else nullcontext({}) as observed:
+        with window() if window is not None else nullcontext(observed) as observed:
             if parallel > 1:
                 res, concurrency = concurrent(manifest, task, endpoint, rendered, parallel)
             else:
                 res = stream_completion(endpoint, request_body(manifest, task, rendered, stream=True),
                                         manifest.request_timeout_s)
     except MeasurementFailed as e:
-        e.interference = e.interference or observed or None  # the window is described when the request failed
+        e.interference = e.interference or observed.window  # the window is described when the request failed
         raise
     out = figures(res)
-    if observed:
-        out["interference"] = observed
+    if observed.window is not None:
+        out["interference"] = observed.window.as_dict()
     if concurrency is not None:
         out["concurrency"] = concurrency
     if with_probs:

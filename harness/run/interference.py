@@ -45,14 +45,16 @@ from __future__ import annotations
 import statistics
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from harness import formatter as fm
 from harness.analysis.stats import DISTURBED_CORES
 from harness.hosts.engine import Engine
+
+T = TypeVar("T")
 
 #: /proc/stat counts in USER_HZ, 100 per second on every architecture Linux runs on today.
 USER_HZ = 100
@@ -78,6 +80,13 @@ class HostCpu:
     total: int  # everything, idle and iowait included
 
 
+class GpuApp(TypedDict):
+    """One compute process on the GPUs (nvidia-smi --query-compute-apps)."""
+
+    pid: int
+    used_memory_mib: float | None
+
+
 @dataclass(frozen=True)
 class Sample:
     """One edge of the window."""
@@ -89,7 +98,7 @@ class Sample:
     client_s: float | None  # this process's CPU time, when it runs on the engine's host
     freq_mhz: list[float] | None
     throttle_count: int | None
-    gpu_other_apps: list[dict[str, Any]] | None  # compute processes on the GPUs that are not the container's
+    gpu_other_apps: list[GpuApp] | None  # compute processes on the GPUs that are not the container's
     gpu_util_pct: list[float] | None
     cost_s: float = 0.0  # how long taking this sample took
     costs: dict[str, float] = field(default_factory=dict)
@@ -143,9 +152,9 @@ def parse_freq_throttle(text: str) -> tuple[list[float] | None, int | None]:
     return (freqs or None), (sum(thr) if thr else None)
 
 
-def parse_gpu_apps(text: str) -> list[dict[str, Any]]:
+def parse_gpu_apps(text: str) -> list[GpuApp]:
     """nvidia-smi --query-compute-apps=pid,used_memory rows."""
-    apps = []
+    apps: list[GpuApp] = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and parts[0].isdigit():
@@ -196,8 +205,7 @@ def _container_usage(engine: Engine, container, caps: _HostCapabilities) -> tupl
     return (parsed[0], f"exec {parsed[1]}") if parsed else (None, None)
 
 
-def _gpu(engine: Engine, container, caps: _HostCapabilities) -> tuple[list[dict[str, Any]] | None,
-                                                                        list[float] | None]:
+def _gpu(engine: Engine, container, caps: _HostCapabilities) -> tuple[list[GpuApp] | None, list[float] | None]:
     if not caps.gpu:
         return None, None
     code, out = engine.run_host(_GPU_APPS, timeout=10)
@@ -233,27 +241,24 @@ def sample(engine: Engine, container, edge: str = "start", client_on_host: bool 
     on_host = _client_on_host(engine) if client_on_host is None else client_on_host
     costs: dict[str, float] = {}
     t_begin = time.monotonic()
-    got: dict[str, Any] = {}
 
-    def timed(name: str, fn) -> None:
+    def timed(name: str, fn: Callable[[], T]) -> T:
         t = time.monotonic()
-        got[name] = fn()
+        value = fn()
         costs[name] = round(time.monotonic() - t, 6)
+        return value
 
     def host() -> tuple[float, HostCpu | None, float | None]:
         text = engine.read_host_file("/proc/stat")
         return time.monotonic(), (parse_proc_stat(text) if text else None), (time.process_time() if on_host
                                                                             else None)
 
-    extras = [("container", lambda: _container_usage(engine, container, caps)),
-              ("freq", lambda: _freq(engine, caps)), ("gpu", lambda: _gpu(engine, container, caps))]
-    steps = [*extras, ("host", host)] if edge == "start" else [("host", host), *extras]
-    for name, fn in steps:
-        timed(name, fn)
-    at, hostcpu, client = got["host"]
-    usage, source = got["container"]
-    freq, thr = got["freq"]
-    apps, util = got["gpu"]
+    # the host's /proc/stat is read last at the start and first at the end: the other reads stay outside
+    first = timed("host", host) if edge != "start" else None
+    usage, source = timed("container", lambda: _container_usage(engine, container, caps))
+    freq, thr = timed("freq", lambda: _freq(engine, caps))
+    apps, util = timed("gpu", lambda: _gpu(engine, container, caps))
+    at, hostcpu, client = first if first is not None else timed("host", host)
     return Sample(at, hostcpu, usage, source, client, freq, thr, apps, util, round(time.monotonic() - t_begin, 6),
                   costs)
 
@@ -274,7 +279,7 @@ class Window:
     container_source: str | None
     freq_mhz: dict[str, float] | None
     throttled: bool | None
-    gpu_other_apps: list[dict[str, Any]] | None
+    gpu_other_apps: list[GpuApp] | None
     gpu_util_pct: dict[str, list[float]] | None
     disturbed: bool
     reasons: list[str]
@@ -337,20 +342,38 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
                   util, bool(reasons), reasons, r(before.cost_s + after.cost_s, 6))
 
 
+class QuietWait(TypedDict):
+    """What the record keeps as `quiet.wait` (see `wait_quiet`)."""
+
+    bound_s: float
+    waited_s: float
+    windows: int
+    quiet: bool
+    others_cores: float | None
+    reasons: NotRequired[list[str]]
+
+
+@dataclass
+class Watched:
+    """What `around` yields: the window, once the block has ended."""
+
+    window: Window | None = None
+
+
 @contextmanager
-def around(engine: Engine, container, client_on_host: bool | None = None) -> Iterator[dict[str, Any]]:
-    """Sample just before and just after the block; the yielded dict holds `interference(before, after)` once the
-    block has ended (also when it raised: a failed request's window is still described)."""
-    out: dict[str, Any] = {}
+def around(engine: Engine, container, client_on_host: bool | None = None) -> Iterator[Watched]:
+    """Sample just before and just after the block; the yielded `Watched` holds the window once the block has
+    ended (also when it raised: a failed request's window is still described)."""
+    out = Watched()
     before = sample(engine, container, client_on_host=client_on_host)
     try:
         yield out
     finally:
-        out.update(interference(before, sample(engine, container, edge="end", client_on_host=client_on_host)))
+        out.window = figure(before, sample(engine, container, edge="end", client_on_host=client_on_host))
 
 
 def wait_quiet(engine: Engine, container, bound_s: float, client_on_host: bool | None = None,
-               window_s: float | None = None) -> dict[str, Any]:
+               window_s: float | None = None) -> QuietWait:
     """Before a timed request, with the server ready and idle: look at the host over consecutive windows of
     QUIET_WINDOW_S (each end sample starts the next window) until a window would not count as disturbed, or
     `bound_s` has passed since the first look. Returns what the record keeps as `quiet.wait`."""
@@ -367,6 +390,8 @@ def wait_quiet(engine: Engine, container, bound_s: float, client_on_host: bool |
         if not fig.disturbed or time.monotonic() - t0 >= bound_s:
             break
     measured = fig.others_cores is not None
-    return {"bound_s": bound_s, "waited_s": round(time.monotonic() - t0, 3), "windows": windows,
-            "quiet": measured and not fig.disturbed, "others_cores": fig.others_cores,
-            **({"reasons": fig.reasons} if fig.disturbed else {})}
+    out = QuietWait(bound_s=bound_s, waited_s=round(time.monotonic() - t0, 3), windows=windows,
+                    quiet=measured and not fig.disturbed, others_cores=fig.others_cores)
+    if fig.disturbed:
+        out["reasons"] = fig.reasons
+    return out

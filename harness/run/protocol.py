@@ -89,7 +89,7 @@ def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Serv
                                window=lambda: interference.around(engine, server.container)))
     except MeasurementFailed as e:
         if e.interference:
-            rec["interference"] = e.interference  # a failure while other work ran may be the host's: retaken
+            rec["interference"] = e.interference.as_dict()  # a failure while other work ran may be the host's: retaken
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
