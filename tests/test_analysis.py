@@ -7,11 +7,14 @@ import copy
 import json
 import re
 import shutil
+import types
+import typing
 
 import pytest
 
 from harness import ROOT, KitError, schema
 from harness.analysis import compare as cmp
+from harness.analysis import shapes
 from harness.analysis.reproduction import Call, Match
 from harness.analysis.summary import summarize
 from harness.report import compare as compare_words
@@ -124,6 +127,47 @@ def test_every_committed_run_json_is_kept_whole_by_the_typed_records(run):
         == written
     build = json.loads((path.parent / "build.json").read_text())
     assert BuildRecord.from_json(build, "build.json").to_json() == build == meta.build.to_json()
+
+
+def _fits(value, tp, where: str) -> None:
+    """`value` has the shape the annotation `tp` says: a TypedDict's required keys and no others, recursively
+    through lists, str-keyed dicts and optional values; other annotations are not looked into."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        if value is not None:
+            _fits(value, next(a for a in args if a is not type(None)), where)
+    elif typing.is_typeddict(tp):
+        assert isinstance(value, dict), where
+        assert set(value) <= set(tp.__annotations__), f"{where}: {sorted(set(value) - set(tp.__annotations__))}"
+        assert tp.__required_keys__ <= set(value), f"{where}: {sorted(tp.__required_keys__ - set(value))}"
+        hints = typing.get_type_hints(tp)
+        for k, v in value.items():
+            _fits(v, hints[k], f"{where}.{k}")
+    elif origin is list:
+        for i, v in enumerate(value):
+            _fits(v, args[0], f"{where}[{i}]")
+    elif origin is dict:
+        for k, v in value.items():
+            _fits(v, args[1], f"{where}.{k}")
+
+
+def test_summary_shapes_are_the_schema_and_what_summarize_writes():
+    """harness/analysis/shapes.py names the keys the schema names, and every committed run's summary fits it."""
+    sch = json.loads((ROOT / "schemas" / "summary.schema.json").read_text())
+    assert set(shapes.Summary.__annotations__) == set(sch["properties"])
+    assert set(sch["required"]) <= shapes.Summary.__required_keys__
+    cell = sch["properties"]["cells"]["items"]
+    assert set(cell["properties"]) <= set(shapes.CellSummary.__annotations__)
+    assert set(cell["required"]) <= shapes.CellSummary.__required_keys__
+    assert set(shapes.Described.__annotations__) == set(sch["$defs"]["stats"]["properties"])
+    runs = sorted(p.parent for p in (ROOT / "results").glob("*/run.json"))
+    assert len(runs) >= 7
+    for run in runs:
+        _fits(summarize(RunDir.open(run)), shapes.Summary, run.name)
+    with pytest.raises(AssertionError, match=r"demo-cpu.cells\[0\]: \['speed'\]"):  # the check can fail
+        s = summarize(RunDir.open(ROOT / "results" / "demo-cpu"))
+        s["cells"][0]["speed"] = 1.0
+        _fits(s, shapes.Summary, "demo-cpu")
 
 
 def test_format_1_run_folder_is_read_through_its_upgrade(tmp_path):

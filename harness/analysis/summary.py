@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
+from harness.analysis import builds, checks, completion, explanation, gaps, lossless, shapes, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -26,7 +26,7 @@ from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
 
-def describe(xs: list[float | None]) -> dict[str, Any]:
+def describe(xs: list[float | None]) -> shapes.Described:
     """n, median, min, max, spread (± half the range as % of the median), stdev."""
     vals = [x for x in xs if x is not None]
     if not vals:
@@ -38,14 +38,14 @@ def describe(xs: list[float | None]) -> dict[str, Any]:
             "stdev": fm.rounded(statistics.stdev(vals), 3) if len(vals) > 1 else 0.0}
 
 
-def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
+def _interval(iv: inf.Interval | None) -> shapes.IntervalJson | None:
     if iv is None:
         return None
     return {"low": fm.rounded(iv.low, 4), "high": fm.rounded(iv.high, 4), "n": iv.n, "method": iv.method,
             "df": fm.rounded(iv.df, 1), "moderated": iv.moderated, "note": words.interval_note(iv)}
 
 
-def _verdict(s: Speedup) -> dict[str, Any]:
+def _verdict(s: Speedup) -> shapes.VerdictJson:
     j = s.judgement
     return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": fm.rounded(j.p_differs, 6),
             "p_within": fm.rounded(j.p_within, 6), "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
@@ -87,7 +87,7 @@ def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
                  and b.build == s.build), None)
 
 
-def summarize(rd: RunDir) -> dict[str, Any]:
+def summarize(rd: RunDir) -> shapes.Summary:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
     meta = rd.read_meta()
     records = rd.measurements()
@@ -288,7 +288,7 @@ def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.Pas
                               mtp=passbytes.nextn_draft(s.spec_type))
 
 
-def _geomean(g: Speedup) -> dict[str, Any]:
+def _geomean(g: Speedup) -> shapes.Geomean:
     """A geometric mean: its interval for these prompts (what the mark judges) and, beside it, for tasks like
     these (the spread over tasks; null below two tasks)."""
     return {"host": g.host, "strategy": g.strategy, "estimate": fm.rounded(g.estimate, 4),
@@ -306,7 +306,7 @@ def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None]]
     return drafted, accepted, tpps
 
 
-def _cell(s: Any, index: CellIndex, key: CellKey, cs: stats.CellStats | None) -> dict[str, Any]:
+def _cell(s: Any, index: CellIndex, key: CellKey, cs: stats.CellStats | None) -> shapes.CellSummary:
     all_ms = index.of(key)
     ok = [m.raw for m in all_ms if m.ok]
     used = [m.raw for m in index.used(key)]
@@ -350,7 +350,7 @@ def _cell(s: Any, index: CellIndex, key: CellKey, cs: stats.CellStats | None) ->
     }
 
 
-def _speculation(cells: list[dict[str, Any]], index: CellIndex, meta: RunMeta) -> None:
+def _speculation(cells: list[shapes.CellSummary], index: CellIndex, meta: RunMeta) -> None:
     """A speculative strategy whose server drafted nothing in any run of any task did not speculate (a draft model
     given with the wrong spec type, a type the build ignores): its row would be a baseline under another name.
     (One task without drafts is a result: an n-gram table finds nothing to copy in some texts.)"""
@@ -372,7 +372,7 @@ def _speculation(cells: list[dict[str, Any]], index: CellIndex, meta: RunMeta) -
                     c["checks"]["speculation"] = check
 
 
-def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None:
+def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> shapes.QuietWaitSummary | None:
     """A run that waited for a quiet host before its measurements (--quiet-wait): the bound, how many waited, how
     long (median, max), and how many met the bound with the host still busy. None for a run that never waited."""
     waits = [w for m in index.measurements if (w := (m.raw.get("quiet") or {}).get("wait"))]
@@ -385,7 +385,7 @@ def quiet_wait_summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None
             "bound_reached": sum(1 for w in waits if not w["quiet"] and w.get("others_cores") is not None)}
 
 
-def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:
+def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, shapes.HostInterference]:
     """Per host: how many measurements other work disturbed, how much it used, which, and how many were retaken."""
     out = {}
     for host in hosts:
@@ -401,7 +401,7 @@ def interference_summary(index: CellIndex, hosts: list[str]) -> dict[str, Any]:
     return out
 
 
-def _determinism(cells: list[dict[str, Any]], index: CellIndex, host: str, meta: RunMeta) -> None:
+def _determinism(cells: list[shapes.CellSummary], index: CellIndex, host: str, meta: RunMeta) -> None:
     """Byte match against the baseline of the same target, prompt by prompt."""
     for c in cells:
         if c["host"] != host:
@@ -435,10 +435,11 @@ def _determinism(cells: list[dict[str, Any]], index: CellIndex, host: str, meta:
         c["checks"]["determinism"] = d
 
 
-def checks_ran(cells: list[dict[str, Any]], interference: dict[str, Any], meta: RunMeta) -> list[dict[str, Any]]:
+def checks_ran(cells: list[shapes.CellSummary], interference: dict[str, shapes.HostInterference],
+               meta: RunMeta) -> list[shapes.CheckRan]:
     """One line per check, whether it found anything or not: what it compared, in how many cells and runs, and what
     it found (a check that passes is otherwise invisible)."""
-    def check(c: dict[str, Any], name: str) -> dict[str, Any]:
+    def check(c: shapes.CellSummary, name: str) -> shapes.Check:
         return c["checks"][name]
 
     con = [c for c in cells if "contamination" in c["checks"]]
@@ -469,8 +470,8 @@ def checks_ran(cells: list[dict[str, Any]], interference: dict[str, Any], meta: 
     return [{"check": name, "found": found, "sentence": sentence} for name, found, sentence in out]
 
 
-def _determinism_totals(cells: list[dict[str, Any]], meta: RunMeta) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _determinism_totals(cells: list[shapes.CellSummary], meta: RunMeta) -> dict[str, shapes.DeterminismTotal]:
+    out: dict[str, shapes.DeterminismTotal] = {}
     for c in cells:
         det = c["checks"].get("determinism")
         if not meta.strategy(c["strategy"]).speculative or det is None:

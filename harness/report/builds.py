@@ -9,6 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import shapes
 from harness.intake.builds import across
 
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
@@ -18,7 +19,7 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def by_build(summary: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+def by_build(summary: shapes.Summary) -> list[tuple[str | None, dict[str, Any]]]:
     """The summary as each build's tables see it (its strategies, cells, geometric means); [(None, summary)] for
     a run of one build."""
     section = summary.get("builds")
@@ -33,12 +34,12 @@ def by_build(summary: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]
     return out
 
 
-def later_builds(summary: dict[str, Any]) -> set[str]:
+def later_builds(summary: shapes.Summary) -> set[str]:
     """The builds after the first (drawn hatched beside the first's bars)."""
     return {b["name"] for b in (summary.get("builds") or {}).get("builds", [])[1:]}
 
 
-def colours(summary: dict[str, Any], cols: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+def colours(summary: shapes.Summary, cols: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """A run of several builds: each plotted (host, strategy) coloured by its entry across builds, so a strategy's
     bars on each build share a colour; empty for a run of one build (the plot's own colour cycle)."""
     if not summary.get("builds"):
@@ -48,7 +49,7 @@ def colours(summary: dict[str, Any], cols: list[tuple[str, str]]) -> dict[tuple[
     return {(h, s): f"C{entries.index((h, across(s, build.get(s)))) % 10}" for h, s in cols}
 
 
-def heading(summary: dict[str, Any], name: str | None, short: bool = False) -> list[str]:
+def heading(summary: shapes.Summary, name: str | None, short: bool = False) -> list[str]:
     """The line above one build's table (nothing for a run of one build): the build's source and image, and its
     CMake flags where they are not the first build's; `short`: its name only."""
     if name is None:
@@ -62,7 +63,7 @@ def heading(summary: dict[str, Any], name: str | None, short: bool = False) -> l
             + (f"; CMake {flags}" if flags else ""), ""]
 
 
-def family_note(summary: dict[str, Any]) -> str:
+def family_note(summary: shapes.Summary) -> str:
     """What the family of the speedup tables is in a run of several builds."""
     if not summary.get("builds"):
         return ""
@@ -122,7 +123,7 @@ def _outputs(out: dict[str, Any], several_hosts: bool) -> list[str]:
     return lines
 
 
-def section(summary: dict[str, Any]) -> list[str]:
+def section(summary: shapes.Summary) -> list[str]:
     """The report's lines for each later build against the first (nothing for a run of one build)."""
     sec = summary.get("builds")
     if not sec:

@@ -13,6 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import shapes
 from harness.report import plotting
 
 #: Positions shown as columns of the by-position table (the plot shows them all).
@@ -50,7 +51,7 @@ def cause_text(d: dict[str, Any]) -> str:
     return f"**nothing drafted**: only the pass rate ({fm.sig(d['pass_rate']['estimate'])}) is left"
 
 
-def decomposition_table(summary: dict[str, Any]) -> str:
+def decomposition_table(summary: shapes.Summary) -> str:
     """One row per speculative cell: speedup = tokens per pass x pass rate, each factor's interval, what decides,
     and where the server's statistics give them, the draft's share of the decode time and one verifying pass."""
     rows_in = summary.get("decomposition") or []
@@ -88,7 +89,7 @@ DECOMPOSITION_RULE = (
 # ---------------------------------------------------------------- by position
 
 
-def positions_table(summary: dict[str, Any]) -> str:
+def positions_table(summary: shapes.Summary) -> str:
     """Per speculative strategy (over its tasks): the share of draft calls whose first k drafted tokens were all
     accepted, k = 1..TABLE_POSITIONS and the last position."""
     strategies = [p for p in (summary.get("positions") or {}).get("strategies", []) if p["calls"]]
@@ -107,7 +108,7 @@ def positions_table(summary: dict[str, Any]) -> str:
                   + [f"k={k + 1}" for k in range(width)] + ["last"])
 
 
-def positions_fallback(summary: dict[str, Any]) -> list[str]:
+def positions_fallback(summary: shapes.Summary) -> list[str]:
     """Where records carry no per-position figures: why (once), and the server's mean accepted length per call."""
     part = summary.get("positions") or {}
     if not part.get("requests_without"):
@@ -122,7 +123,7 @@ def positions_fallback(summary: dict[str, Any]) -> list[str]:
             _table(rows, ["strategy", "requests", "mean accepted length (median)", "range"]), ""]
 
 
-def plot_positions(summary: dict[str, Any], path: Path) -> Path | None:
+def plot_positions(summary: shapes.Summary, path: Path) -> Path | None:
     """One panel per speculative strategy: share of draft calls with the first k drafted tokens all accepted,
     against k; a thin line per task, the strategy over its tasks bold. None when no strategy has the figures."""
     part = summary.get("positions") or {}
@@ -156,7 +157,7 @@ def plot_positions(summary: dict[str, Any], path: Path) -> Path | None:
 # ---------------------------------------------------------------- request by request
 
 
-def fresh_peer(summary: dict[str, Any], peers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def fresh_peer(summary: shapes.Summary, peers: Sequence[shapes.Summary]) -> shapes.Summary | None:
     """For a reused-server run, a fresh-container run of the same manifest in the same report, if any."""
     if summary["protocol"] != "reuse-server":
         return None
@@ -164,7 +165,7 @@ def fresh_peer(summary: dict[str, Any], peers: Sequence[dict[str, Any]]) -> dict
                  and p["manifest"]["name"] == summary["manifest"]["name"]), None)
 
 
-def _fresh_index(peer: dict[str, Any] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _fresh_index(peer: shapes.Summary | None) -> dict[tuple[str, str, str], dict[str, Any]]:
     if peer is None:
         return {}
     return {(x["strategy"], x["task"], x["prompt"]): x for x in peer["requests"]["prompts"]}
@@ -174,7 +175,7 @@ def _count(x: float | None) -> str:
     return fm.num(x, 0)
 
 
-def requests_table(summary: dict[str, Any], peer: dict[str, Any] | None) -> tuple[str, str]:
+def requests_table(summary: shapes.Summary, peer: shapes.Summary | None) -> tuple[str, str]:
     """A reused server's requests by index, beside the same prompt in fresh containers; and a sentence that
     counts the requests whose drafts differ from a fresh container's (at temperature 0 they repeat there)."""
     servers = summary["requests"]["servers"]
@@ -207,7 +208,7 @@ def requests_table(summary: dict[str, Any], peer: dict[str, Any] | None) -> tupl
     return _table(rows, headers), sentence
 
 
-def plot_requests(summary: dict[str, Any], peer: dict[str, Any] | None, path: Path) -> Path | None:
+def plot_requests(summary: shapes.Summary, peer: shapes.Summary | None, path: Path) -> Path | None:
     """Per reused server: tok/s and drafted tokens by request index; the same prompt in fresh containers as x."""
     servers = summary["requests"]["servers"]
     if not servers:
@@ -285,7 +286,7 @@ PARITY_RULE = (
 # ---------------------------------------------------------------- the pieces together
 
 
-def write_plots(summary: dict[str, Any], folder: Path, peers: Sequence[dict[str, Any]]) -> dict[str, Path]:
+def write_plots(summary: shapes.Summary, folder: Path, peers: Sequence[shapes.Summary]) -> dict[str, Path]:
     """The by-position and request-by-request plots of a summary into its run folder: key -> file."""
     out: dict[str, Path] = {}
     p = plot_positions(summary, folder / "positions.png")
@@ -305,8 +306,8 @@ def image(plots: dict[str, Path], key: str, out_path: Path, alt: str) -> str:
     return f"![{alt}]({Path(rel).as_posix()})"
 
 
-def section(summary: dict[str, Any], out_path: Path, plots: dict[str, Path],
-            peers: Sequence[dict[str, Any]]) -> str:
+def section(summary: shapes.Summary, out_path: Path, plots: dict[str, Path],
+            peers: Sequence[shapes.Summary]) -> str:
     """The report's explanation sections for one run ('' for a run without speculative cells)."""
     parts: list[str] = []
     table = decomposition_table(summary)

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, explanation, stats, tuning
+from harness.analysis import builds, explanation, shapes, stats, tuning
 from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
@@ -56,7 +56,7 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
 class View:
     """One run's summary as the report reads it: labels, columns and cells by key."""
 
-    def __init__(self, summary: dict[str, Any]):
+    def __init__(self, summary: shapes.Summary):
         self.s = summary
         self.several_hosts = len(summary["hosts"]) > 1
         self.grid = {(c["host"], c["strategy"], c["task"]): c for c in summary["cells"]}
@@ -69,14 +69,14 @@ class View:
         cols = [(h, s["id"]) for h in self.s["hosts"] for s in self.s["strategies"]]
         return [(h, s) for h, s in cols if not speculative_only or self.kinds[s]["baseline"] is not None]
 
-    def cell(self, host: str, strategy: str, task: str) -> dict[str, Any] | None:
+    def cell(self, host: str, strategy: str, task: str) -> shapes.CellSummary | None:
         return self.grid.get((host, strategy, task))
 
 
 VERDICT_MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 
 
-def _flags(c: dict[str, Any]) -> list[str]:
+def _flags(c: shapes.CellSummary) -> list[str]:
     out = []
     con = c["checks"].get("contamination")
     if con and con["flagged"]:
@@ -102,7 +102,7 @@ def _unconfirmed(meta: RunMeta) -> str:
             "every sweep figure below is the sweep's own, unconfirmed (the best of several reads high)")
 
 
-def _header(summary: dict[str, Any], meta: RunMeta) -> str:
+def _header(summary: shapes.Summary, meta: RunMeta) -> str:
     b = meta.build
     plan, src = b.plan, b.source
     source = (f"sdist {src.get('package')}=={src.get('version')} (sha256 {str(src.get('sha256', ''))[:12]})"
@@ -162,7 +162,7 @@ def _header(summary: dict[str, Any], meta: RunMeta) -> str:
     return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
 
 
-def _quiet_wait(qw: dict[str, Any]) -> str:
+def _quiet_wait(qw: shapes.QuietWaitSummary) -> str:
     """The header's line on --quiet-wait: the bound, and what the waits came to."""
     out = (f"up to {fm.num(qw['bound_s'], 1)} s before each timed request, until other work on the host used less "
            f"than {fm.plain(stats.DISTURBED_CORES)} of a core (the server ready and idle)")
@@ -170,7 +170,7 @@ def _quiet_wait(qw: dict[str, Any]) -> str:
         out += (f": {qw['measurements']} measurements waited a median {fm.num(qw['waited_median_s'], 1)} s (at most "
                 f"{fm.num(qw['waited_max_s'], 1)} s); {qw['bound_reached']} reached the bound with the host still busy")
     return out
-def _confirmation_note(summary: dict[str, Any]) -> str:
+def _confirmation_note(summary: shapes.Summary) -> str:
     """Where a sweep's confirmation rounds are reported: in its own section, never in the run's tables."""
     rounds = summary.get("confirmation_rounds")
     if not rounds:
@@ -200,7 +200,7 @@ def _throughput(v: View) -> tuple[str, list[str]]:
     return _table(rows, ["task"] + [v.label(h, s) for h, s in cols]), notes
 
 
-def _speedup_text(estimate: float | None, iv: dict[str, Any] | None, verdict: dict[str, Any] | None) -> str:
+def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdict: shapes.VerdictJson | None) -> str:
     if estimate is None:
         return "-"
     if (verdict or {}).get("kind") == "too few rounds":
@@ -232,7 +232,7 @@ def _speedups(v: View) -> str:
                   ["geomean (for these prompts)", "for tasks like these"])
 
 
-def _notes(v: View, c: dict[str, Any]) -> list[str]:
+def _notes(v: View, c: shapes.CellSummary) -> list[str]:
     who = f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}"
     out = [f"- {who}: {fm.md(x['sentence'])}" for k in ("contamination", "physics")
            if (x := c["checks"].get(k)) and x["flagged"] and k != "speculation"]
@@ -243,7 +243,7 @@ def _notes(v: View, c: dict[str, Any]) -> list[str]:
 
 def _warnings(v: View) -> list[str]:
     """Stability warnings, hyperfine-style: the everywhere-kinds counted once, the specific ones listed."""
-    by_kind: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    by_kind: dict[str, list[tuple[shapes.CellSummary, shapes.CellWarning]]] = {}
     for c in v.s["cells"]:
         for w in c.get("warnings", []):
             by_kind.setdefault(w["kind"], []).append((c, w))
@@ -277,7 +277,7 @@ def _interference(v: View) -> str:
                          "disturbed measurements"])
 
 
-def sensitivity_table(summary: dict[str, Any], fmt: str = "github") -> str:
+def sensitivity_table(summary: shapes.Summary, fmt: str = "github") -> str:
     """Probe tasks: each variant against the reference prompt, per strategy."""
     several = len(summary["hosts"]) > 1
     rows = []
@@ -427,7 +427,7 @@ def _family(fam: dict[str, Any]) -> str:
     return f"{text} {sentence}" if sentence else text
 
 
-def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path | None, beside: str = "") -> str:
+def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path | None, beside: str = "") -> str:
     """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
@@ -515,7 +515,7 @@ def render_run(rd: RunDir, summary: dict[str, Any], out_path: Path, plot: Path |
     return "\n".join(parts)
 
 
-def completion_text(summary: dict[str, Any]) -> str:
+def completion_text(summary: shapes.Summary) -> str:
     """The run section's last words where cells lack a verdict the run could still give them: which, why, and the
     one command that completes it (harness/analysis/completion.py); '' where there is none."""
     c = summary.get("completion") or {}
@@ -553,7 +553,7 @@ def completion_text(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
+def plot_speedups(summary: shapes.Summary, path: Path) -> Path | None:
     """A grouped bar chart of speedup per task per strategy (PNG), or None without a speculative strategy."""
     v = View(summary)
     cols = v.columns(speculative_only=True)
@@ -564,7 +564,7 @@ def plot_speedups(summary: dict[str, Any], path: Path) -> Path | None:
         return _draw(plt, v, cols, summary, path)
 
 
-def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: dict[str, Any], path: Path) -> Path:
+def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: shapes.Summary, path: Path) -> Path:
     """The bars, labels and legend of plot_speedups, every text without math parsing."""
     tasks = summary["tasks"]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks) + 2), 3.6), dpi=100)

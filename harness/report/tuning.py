@@ -11,6 +11,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import shapes
 from harness.report import plotting
 
 
@@ -264,7 +265,7 @@ def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
         return plotting.save(plt, fig, path)
 
 
-def write_plots(summary: dict[str, Any], folder: Path) -> dict[str, Path]:
+def write_plots(summary: shapes.Summary, folder: Path) -> dict[str, Path]:
     """The sweep and serving plots of a summary into its run folder: key -> file."""
     out: dict[str, Path] = {}
     several = len(summary["hosts"]) > 1
@@ -280,7 +281,7 @@ def write_plots(summary: dict[str, Any], folder: Path) -> dict[str, Path]:
     return out
 
 
-def section(summary: dict[str, Any], out_path: Path, plots: dict[str, Path]) -> str:
+def section(summary: shapes.Summary, out_path: Path, plots: dict[str, Path]) -> str:
     """The report's sweep and serving sections for one run ('' for a run with neither)."""
     several = len(summary["hosts"]) > 1
 

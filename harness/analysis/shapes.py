@@ -1,0 +1,238 @@
+"""The shape of summary.json as the report reads it: the run's summary, its cells and the figures in them
+(schemas/summary.schema.json is the contract; tests/test_analysis.py holds these keys against it and against the
+summaries of the committed runs).
+
+A section that only one part of the report reads (a sweep, the serving rounds, the builds, the lossless study) is
+that section's own module's concern and stays a mapping here."""
+
+from typing import Any, NotRequired, TypedDict
+
+
+class Described(TypedDict):
+    """A list of figures described (`summary.describe`): the schema's `stats`."""
+
+    n: int
+    median: float | None
+    min: float | None
+    max: float | None
+    spread_pct: float | None
+    stdev: float | None
+
+
+class IntervalJson(TypedDict):
+    """An interval as summary.json and compare.json keep it (`inference.Interval`, rounded, with its note)."""
+
+    low: float | None
+    high: float | None
+    n: int
+    method: str
+    df: float | None
+    moderated: bool
+    note: str
+    scope: NotRequired[str]  # a geometric mean's interval over tasks like these
+
+
+class VerdictJson(TypedDict):
+    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures."""
+
+    kind: str
+    rule: str
+    p_differs: float | None
+    p_within: float | None
+    p_adjusted: float | None
+    family: int
+    smallest_marked: float | None
+
+
+class Failure(TypedDict):
+    """A failed measurement of a cell."""
+
+    run_index: int
+    prompt: int
+    reason: str
+
+
+class CellWarning(TypedDict):
+    """A warning on a cell (`stats.Warning`): its kind, the sentence and the figures behind it."""
+
+    kind: str
+    sentence: str
+    evidence: dict[str, Any]
+
+
+class Check(TypedDict):
+    """One check's outcome on a cell (contamination, physics, determinism)."""
+
+    check: str
+    flagged: bool
+    sentence: str
+    data: dict[str, Any] | None
+
+
+class CellSummary(TypedDict):
+    """One (host, strategy, task) cell of a run's summary."""
+
+    host: str
+    strategy: str
+    spec_type: str
+    model: str
+    task: str
+    baseline: str | None
+    runs_ok: int
+    runs_used: int
+    runs_failed: int
+    retakes: int
+    failures: list[Failure]
+    decode_tok_s: Described
+    decode_tok_s_interval: IntervalJson | None
+    server_decode_tok_s: Described
+    prefill_tok_s: Described
+    ttft_s: Described
+    load_s: Described
+    memory_peak_mb: Described
+    draft_n: int
+    draft_n_accepted: int
+    acceptance: float | None
+    tokens_per_pass: Described
+    series: list[float | None]
+    streams: int
+    aggregate_tok_s: Described
+    per_stream_tok_s: Described
+    speedup: float | None
+    speedup_interval: IntervalJson | None
+    verdict: VerdictJson | None
+    paired_rounds: dict[str, float | None]
+    warnings: list[CellWarning]
+    checks: dict[str, Check]
+    server_mean_len: Described
+    device: NotRequired[dict[str, Any]]  # GPU backends: what the load lines said (`summary.device_use`)
+
+
+class Missing(TypedDict):
+    """A cell with fewer measurements than planned."""
+
+    host: str
+    strategy: str
+    task: str
+    recorded: int
+    expected: int
+
+
+class Geomean(TypedDict):
+    """A strategy's geometric-mean speedup over the tasks, on one host: its interval for these prompts (what the
+    mark judges) and, beside it, for tasks like these."""
+
+    host: str
+    strategy: str
+    estimate: float | None
+    interval: IntervalJson | None
+    interval_scope: str
+    between_tasks: IntervalJson | None  # with its scope and note
+    verdict: VerdictJson
+    tasks: list[str]
+    left_out: list[str]
+
+
+class ManifestRef(TypedDict):
+    name: str
+    sha256: str
+
+
+class StrategyRef(TypedDict):
+    id: str
+    spec_type: str
+    model: str
+    baseline: str | None
+    build: NotRequired[str]
+
+
+class Counts(TypedDict):
+    """How many measurements the run folder holds, of which kinds, against the plan."""
+
+    recorded: int
+    ok: int
+    failed: int
+    retakes: int
+    retake_pairs: int
+    planned: int
+    torn_last_line: bool
+
+
+class HostInterference(TypedDict):
+    """Per host: how many measurements other work disturbed, how much it used, and how many were retaken."""
+
+    measured: int
+    disturbed: int
+    kept: bool
+    retaken: int
+    others_cores_median: float | None
+    others_cores_max: float | None
+    disturbed_ids: list[str]
+
+
+class CheckRan(TypedDict):
+    """One check, whether it found anything or not."""
+
+    check: str
+    found: int
+    sentence: str
+
+
+class DeterminismTotal(TypedDict):
+    """A speculative strategy on a host: in how many tasks its outputs matched its baseline's."""
+
+    host: str
+    strategy: str
+    identical: int
+    tasks: int
+
+
+class QuietWaitSummary(TypedDict):
+    """A run that waited for a quiet host before its measurements (--quiet-wait)."""
+
+    bound_s: float
+    measurements: int
+    waited_median_s: float | None
+    waited_max_s: float | None
+    bound_reached: int
+
+
+class Summary(TypedDict):
+    """summary.json: one run folder summarised (harness/analysis/summary.py)."""
+
+    format_version: int
+    run_id: str
+    status: str
+    protocol: str
+    manifest: ManifestRef
+    hardware: dict[str, Any]  # the manifest's hardware with what the run found (RunMeta.hardware_json)
+    baseline: str | None
+    strategies: list[StrategyRef]
+    tasks: list[str]
+    hosts: list[str]
+    runs: int
+    measurements: Counts
+    missing: list[Missing]
+    cells: list[CellSummary]
+    determinism: dict[str, DeterminismTotal]
+    geomeans: list[Geomean]
+    family: dict[str, Any]  # the printed table's family, its priors and power (`summary._family`)
+    interference: dict[str, HostInterference]
+    checks_ran: list[CheckRan]
+    rules: dict[str, str]
+    convergence: dict[str, Any] | None
+    sensitivity: list[dict[str, Any]]
+    quiet_wait: QuietWaitSummary | None
+    completion: dict[str, Any]
+    decomposition: list[dict[str, Any]]  # harness/analysis/decomposition.py
+    positions: dict[str, Any]  # harness/analysis/acceptance.py
+    requests: dict[str, Any]
+    # sections a kind of study adds
+    sweeps: NotRequired[list[dict[str, Any]]]  # harness/analysis/tuning.py
+    selection_rounds: NotRequired[list[int]]
+    confirmation_rounds: NotRequired[list[int]]
+    serving: NotRequired[list[dict[str, Any]]]
+    rules_sweep: NotRequired[str]
+    rules_serving: NotRequired[str]
+    builds: NotRequired[dict[str, Any]]  # harness/analysis/builds.py
+    distribution: NotRequired[dict[str, Any]]  # harness/analysis/lossless.py
