@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.analysis import inference as inf
-from harness.analysis import lossless, stats, tuning, words
+from harness.analysis import lossless, shapes, stats, tuning, words
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
 from harness.store.rundir import RunDir
@@ -134,7 +134,7 @@ class Comparison:
     rows: list[repro.Row]
     host_b: dict[str, str]  # A's host label -> B's
     torn_last_line: tuple[str, ...] = ()  # "A" / "B": whose measurements.jsonl ends in a line cut short
-    distribution: dict[str, Any] | None = None  # the sampling studies' verdicts side by side (lossless.compare)
+    distribution: shapes.StudyComparison | None = None  # the sampling studies side by side (lossless.compare)
 
     @property
     def blocking(self) -> list[str]:
@@ -239,7 +239,7 @@ def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: f
                       lossless.compare(_study(ma, ra), _study(mb, rb), {hb: ha for ha, hb in pairs}))
 
 
-def _study(meta: RunMeta, rd: RunDir) -> dict[str, Any] | None:
+def _study(meta: RunMeta, rd: RunDir) -> shapes.StudySummary | None:
     """A run's sampling study judged (harness/analysis/lossless.py), None without one."""
     return lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
                             {s.id: (s.spec_type, s.args) for s in meta.strategies})

@@ -39,6 +39,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness.analysis import inference as inf
+from harness.analysis import shapes
 from harness.intake import spec_types
 from harness.store.runmeta import StudyMeta
 
@@ -97,7 +98,7 @@ def verification(spec_type: str, args: Sequence[str]) -> str:
     return "rejection" if probabilistic and row is not None and row.rejection else "exact match"
 
 
-def _divergence(base: Sample, other: Sample) -> dict[str, Any]:
+def _divergence(base: Sample, other: Sample) -> shapes.Divergence:
     """Where a sample leaves the baseline's with the same seed: the position, both tokens with the baseline's rank
     of each (1 = its likeliest; None: not among the candidates recorded) and both log-probabilities."""
     pos = next((i for i, (x, y) in enumerate(zip(base.tokens, other.tokens, strict=False)) if x != y),
@@ -114,7 +115,7 @@ def _divergence(base: Sample, other: Sample) -> dict[str, Any]:
             else None, "logprob": next((lp for c, lp in cands if c == token), None)}
 
 
-def seeded_equality(base: Mapping[int, Sample], other: Mapping[int, Sample]) -> dict[str, Any]:
+def seeded_equality(base: Mapping[int, Sample], other: Mapping[int, Sample]) -> shapes.SeededEquality:
     """Stage 1: the strategy's samples against the baseline's with the same seeds."""
     seeds = sorted(base.keys() & other.keys())
     divergent = [_divergence(base[s], other[s]) for s in seeds if base[s].tokens != other[s].tokens]
@@ -200,7 +201,7 @@ def p_value(stats: np.ndarray) -> float:
     return float((1 + np.sum(stats[1:] >= observed - 1e-12 * max(1.0, abs(observed)))) / len(stats))
 
 
-def total_variation(codes: np.ndarray, k: int, n_a: int, rng: np.random.Generator) -> dict[str, Any]:
+def total_variation(codes: np.ndarray, k: int, n_a: int, rng: np.random.Generator) -> shapes.TotalVariation:
     """The plug-in total-variation distance between the two samples' pooled categories, with a basic bootstrap
     95% interval (each sample resampled on its own; the plug-in is biased upward, the basic interval corrects
     for it and is clipped to [0, 1])."""
@@ -238,8 +239,8 @@ def row_rng(*key: str) -> np.random.Generator:
 class Comparison:
     """One row's stage 2 before the family is judged: its tests (name, statistic, p or None and why)."""
 
-    tests: list[dict[str, Any]] = field(default_factory=list)
-    tv: dict[str, Any] | None = None
+    tests: list[shapes.TwoSampleTest] = field(default_factory=list)
+    tv: shapes.TotalVariation | None = None
 
 
 def two_sample(a: Sequence[Sample], b: Sequence[Sample], prefix: int, rng: np.random.Generator,
@@ -273,7 +274,7 @@ def two_sample(a: Sequence[Sample], b: Sequence[Sample], prefix: int, rng: np.ra
 
 
 def _rows(study: StudyMeta, records: Sequence[Mapping[str, Any]], host: str, task: str, prompt: str,
-          args: Mapping[str, tuple[str, Sequence[str]]]) -> list[dict[str, Any]]:
+          args: Mapping[str, tuple[str, Sequence[str]]]) -> list[shapes.StudyRow]:
     """The rows of one prompt on one host before the family is judged: each strategy against its baseline, the
     baseline's A/A row and its control, for every baseline of the study."""
     arms = study.arms
@@ -287,7 +288,7 @@ def _rows(study: StudyMeta, records: Sequence[Mapping[str, Any]], host: str, tas
         for a in others:
             samples = list(got[a.id].values())
             kind = {"strategy": "strategy", "baseline": "aa", "control": "control"}[a.role]
-            row: dict[str, Any] = {"host": host, "task": task, "prompt": prompt, "arm": a.id,
+            row: shapes.StudyRow = {"host": host, "task": task, "prompt": prompt, "arm": a.id,
                                    "strategy": a.strategy, "kind": kind, "vs": ref_id, "baseline": base.id,
                                    "samples": len(samples), "reference_samples": len(ref), "stage1": None,
                                    "verification": None, "drafted": None}
@@ -328,7 +329,7 @@ def _fingerprint(host: str, task: str, prompt: str, ref: str, samples: Sequence[
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _judge(rows: list[dict[str, Any]]) -> int:
+def _judge(rows: list[shapes.StudyRow]) -> int:
     """Holm's procedure over the table's distinct tests (rows that compare the same samples with the same reference
     share theirs); each row's verdict and detectable distance. Returns the family's size."""
     tests = [t for r in rows for t in r["tests"] if t["p"] is not None]
@@ -356,7 +357,7 @@ def _judge(rows: list[dict[str, Any]]) -> int:
 
 
 def summary(study: StudyMeta | None, records: Sequence[Mapping[str, Any]], hosts: Sequence[str],
-            args: Mapping[str, tuple[str, Sequence[str]]]) -> dict[str, Any] | None:
+            args: Mapping[str, tuple[str, Sequence[str]]]) -> shapes.StudySummary | None:
     """The study's table: per host, prompt and strategy the two stages, the A/A and control rows, judged as one
     family; None for a run without a sampling study. `args` gives each strategy's spec type and flags."""
     if not study:
@@ -367,8 +368,10 @@ def summary(study: StudyMeta | None, records: Sequence[Mapping[str, Any]], hosts
     controls = [r for r in rows if r["kind"] == "control" and r["verdict"] != "not tested"]
     ok = [r for r in records if r["status"] == "ok"]
     recorded = study.to_json()
-    return {"settings": {k: recorded[k] for k in ("temperature", "top_k", "samples", "tokens", "prefix", "batch",
-                                                  "seed", "control")},
+    settings = shapes.StudySettings(temperature=recorded["temperature"], top_k=recorded["top_k"],
+                                    samples=recorded["samples"], tokens=recorded["tokens"], prefix=recorded["prefix"],
+                                    batch=recorded["batch"], seed=recorded["seed"], control=recorded["control"])
+    return {"settings": settings,
             "rows": rows, "family": {"tests": family, "method": "holm", "alpha": ALPHA,
                                      "permutations": PERMUTATIONS},
             "power": all(r["verdict"] == "differs" for r in controls) if controls else None,
@@ -377,8 +380,8 @@ def summary(study: StudyMeta | None, records: Sequence[Mapping[str, Any]], hosts
             "tokens": sum(len(s["tokens"]) for r in ok for s in r["samples"])}
 
 
-def compare(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
-            to_a: Mapping[str, str]) -> dict[str, Any] | None:
+def compare(a: shapes.StudySummary | None, b: shapes.StudySummary | None,
+            to_a: Mapping[str, str]) -> shapes.StudyComparison | None:
     """Two runs' distribution verdicts row by row (B's hosts named as A's by `to_a`): which stayed, which changed.
     None when neither run drew a sampling study."""
     if not a and not b:

@@ -2,8 +2,9 @@
 (schemas/summary.schema.json is the contract; tests/test_analysis.py holds these keys against it and against the
 summaries of the committed runs).
 
-A section that only one part of the report reads (a sweep, the serving rounds, the builds, the lossless study) is
-that section's own module's concern and stays a mapping here."""
+The sampling study's table is here too (harness/analysis/lossless.py writes it, harness/report/lossless.py reads
+it). A section that only one part of the report reads (a sweep, the serving rounds, the builds) stays a mapping:
+its own module's concern."""
 
 from typing import Any, NotRequired, TypedDict
 
@@ -197,6 +198,142 @@ class QuietWaitSummary(TypedDict):
     bound_reached: int
 
 
+# ---------------------------------------------------------------- the sampling study (harness/analysis/lossless.py)
+
+
+class Divergence(TypedDict):
+    """Where a sample leaves the baseline's with the same seed (see `_divergence`)."""
+
+    seed: int
+    position: int
+    baseline_token: int | None
+    baseline_rank: int | None
+    token: int | None
+    rank: int | None
+    baseline_logprob: float | None
+    logprob: float | None
+
+
+class SeededEquality(TypedDict):
+    """Stage 1 of a strategy's row."""
+
+    paired: int
+    identical: int
+    divergent: list[Divergence]
+
+
+class TwoSampleTest(TypedDict):
+    """One test of stage 2: its p-value (None: not run, `note` says why), Holm-adjusted in the family."""
+
+    name: str
+    p: float | None
+    categories: int | None
+    note: str | None
+    data: NotRequired[str]  # what it compares, while the family is judged
+    p_adjusted: NotRequired[float | None]  # set when the family is judged
+    rejected: NotRequired[bool | None]
+
+
+class TotalVariation(TypedDict):
+    """The plug-in total-variation distance over the pooled categories, with its basic bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    categories: int
+
+
+class StudyRow(TypedDict):
+    """One row of the study's table: an arm (a strategy, the baseline's A/A arm, the control) on one prompt."""
+
+    host: str
+    task: str
+    prompt: str
+    arm: str
+    strategy: str | None
+    kind: str  # "strategy", "aa" or "control"
+    vs: str
+    baseline: str
+    samples: int
+    reference_samples: int
+    stage1: SeededEquality | None
+    verification: str | None
+    drafted: int | None
+    spec_type: NotRequired[str]
+    tests: list[TwoSampleTest]
+    tv: TotalVariation | None
+    # set when the family is judged
+    p_adjusted: NotRequired[float | None]
+    verdict: NotRequired[str]
+    detectable_tv: NotRequired[float | None]
+
+
+class StudyFamily(TypedDict):
+    tests: int
+    method: str
+    alpha: float
+    permutations: int
+
+
+class BatchCounts(TypedDict):
+    planned: int
+    ok: int
+    failed: int
+
+
+class StudySettings(TypedDict):
+    """The manifest's distribution settings the study drew with (intake/manifest.py `Distribution`)."""
+
+    temperature: float
+    top_k: int | None
+    samples: int
+    tokens: int
+    prefix: int
+    batch: int
+    seed: int
+    control: dict[str, float | int]  # the positive control's one changed setting
+
+
+class StudySummary(TypedDict):
+    """The study's table as summary.json keeps it."""
+
+    settings: StudySettings
+    rows: list[StudyRow]
+    family: StudyFamily
+    power: bool | None  # every control row found its difference; None without a judged control
+    batches: BatchCounts
+    samples: int
+    tokens: int
+
+
+class ComparedRow(TypedDict):
+    """A row both runs judged: its verdict in each."""
+
+    host: str
+    task: str
+    prompt: str
+    arm: str
+    kind: str
+    a: str
+    b: str
+    p_adjusted_b: float | None
+    changed: bool
+
+
+class StudyComparison(TypedDict):
+    """Two runs' distribution verdicts row by row (`compare`)."""
+
+    only: str | None
+    rows: list[ComparedRow]
+    changed: int
+    same: int
+    settings_a: NotRequired[StudySettings]
+    settings_b: NotRequired[StudySettings]
+
+
+# ---------------------------------------------------------------- the run
+
+
 class Summary(TypedDict):
     """summary.json: one run folder summarised (harness/analysis/summary.py)."""
 
@@ -235,4 +372,4 @@ class Summary(TypedDict):
     rules_sweep: NotRequired[str]
     rules_serving: NotRequired[str]
     builds: NotRequired[dict[str, Any]]  # harness/analysis/builds.py
-    distribution: NotRequired[dict[str, Any]]  # harness/analysis/lossless.py
+    distribution: NotRequired[StudySummary]

@@ -3,27 +3,26 @@ sampling study's table (harness/analysis/lossless.py) in words. Rendering only: 
 
 from __future__ import annotations
 
-from typing import Any
-
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import shapes
 
 #: Short names of the tests in the order lossless.TESTS lists them.
 SHORT = {"first token": "first", "first tokens": "first {m}", "every position": "all", "log-probability": "log-p"}
 
 
-def _setting(settings: dict[str, Any]) -> str:
+def _setting(settings: shapes.StudySettings) -> str:
     top_k = f", top-k {settings['top_k']}" if settings.get("top_k") else ""
     return f"temperature {fm.plain(settings['temperature'])}{top_k}"
 
 
-def _control(settings: dict[str, Any]) -> str:
+def _control(settings: shapes.StudySettings) -> str:
     kind, value = next(iter(settings["control"].items()))
     return f"the baseline at {kind.replace('_', '-')} {fm.plain(value)}"
 
 
-def label(row: dict[str, Any], settings: dict[str, Any], several_hosts: bool) -> str:
+def label(row: shapes.StudyRow, settings: shapes.StudySettings, several_hosts: bool) -> str:
     """What a row compares, in words: a strategy, the A/A row, the control."""
     host = f"{row['host']}: " if several_hosts else ""
     if row["kind"] == "aa":
@@ -37,7 +36,7 @@ def _rank(rank: int | None) -> str:
     return "?" if rank is None else str(rank)
 
 
-def stage1(row: dict[str, Any]) -> str:
+def stage1(row: shapes.StudyRow) -> str:
     """Seeded equality in a few words: identical k/n, where the others left the baseline, the verification kind."""
     s = row.get("stage1")
     if s is None:
@@ -57,7 +56,7 @@ def stage1(row: dict[str, Any]) -> str:
     return text
 
 
-def stage2(row: dict[str, Any]) -> str:
+def stage2(row: shapes.StudyRow) -> str:
     """The row's verdict; for the control, whether the tests told it apart."""
     v = row["verdict"]
     p = fm.pvalue(row.get("p_adjusted"))
@@ -66,20 +65,20 @@ def stage2(row: dict[str, Any]) -> str:
     return {"differs": f"**differs** (p {p})", "no difference detected": "no difference detected"}.get(v, v)
 
 
-def tv(row: dict[str, Any]) -> str:
+def tv(row: shapes.StudyRow) -> str:
     t = row.get("tv")
     if not t:
         return "-"
     return f"{fm.num(t['estimate'])} {fm.interval(t['low'], t['high'])}"
 
 
-def tests(row: dict[str, Any], prefix: int) -> str:
+def tests(row: shapes.StudyRow, prefix: int) -> str:
     """Each test's own p-value (the verdict uses the Holm-adjusted ones), a test not run as n/a."""
     return " · ".join(f"{SHORT[t['name']].format(m=prefix)} {fm.pvalue(t['p']) if t['p'] is not None else 'n/a'}"
                       for t in row["tests"])
 
 
-def table(study: dict[str, Any], several_hosts: bool) -> str:
+def table(study: shapes.StudySummary, several_hosts: bool) -> str:
     settings = study["settings"]
     rows = [[label(r, settings, several_hosts), fm.md(r["task"] if r["prompt"] == r["task"] else
                                                    f"{r['task']}/{r['prompt']}"),
@@ -91,7 +90,7 @@ def table(study: dict[str, Any], several_hosts: bool) -> str:
                     tablefmt="github", disable_numparse=True)
 
 
-def divergences(study: dict[str, Any], several_hosts: bool, limit: int = 12) -> list[str]:
+def divergences(study: shapes.StudySummary, several_hosts: bool, limit: int = 12) -> list[str]:
     """Where samples left the baseline with the same seed, one line per strategy and prompt."""
     out = []
     for r in study["rows"]:
@@ -110,7 +109,7 @@ def divergences(study: dict[str, Any], several_hosts: bool, limit: int = 12) -> 
     return out[:limit] + ([f"- … and {len(out) - limit} more rows"] if len(out) > limit else [])
 
 
-def power(study: dict[str, Any]) -> str:
+def power(study: shapes.StudySummary) -> str:
     settings = study["settings"]
     if study["power"] is None:
         return "The control was not drawn: this study cannot show that it could detect a difference."
@@ -121,7 +120,7 @@ def power(study: dict[str, Any]) -> str:
             "so \"no difference detected\" below says little. Draw more samples (`invoke run --distribution N`).")
 
 
-def section(study: dict[str, Any] | None, several_hosts: bool = False) -> list[str]:
+def section(study: shapes.StudySummary | None, several_hosts: bool = False) -> list[str]:
     """The RESULTS.md section of a run's sampling study (nothing for a run without one)."""
     if not study:
         return []
@@ -163,7 +162,7 @@ RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-m
         "with 80% power at the family's strictest level.")
 
 
-def compare_lines(result: dict[str, Any] | None) -> list[str]:
+def compare_lines(result: shapes.StudyComparison | None) -> list[str]:
     """`invoke compare`: the two runs' distribution verdicts; each changed verdict named."""
     if result is None:
         return []

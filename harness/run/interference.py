@@ -48,7 +48,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from harness import formatter as fm
 from harness.analysis.stats import DISTURBED_CORES
@@ -342,15 +342,18 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
                   util, bool(reasons), reasons, r(before.cost_s + after.cost_s, 6))
 
 
-class QuietWait(TypedDict):
-    """What the record keeps as `quiet.wait` (see `wait_quiet`)."""
-
+class _QuietWaitFigures(TypedDict):
     bound_s: float
     waited_s: float
     windows: int
     quiet: bool
     others_cores: float | None
-    reasons: NotRequired[list[str]]
+
+
+class QuietWait(_QuietWaitFigures, total=False):
+    """What the record keeps as `quiet.wait` (see `wait_quiet`): the reasons only when the wait ended busy."""
+
+    reasons: list[str]
 
 
 @dataclass
