@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from harness.analysis import inference as inf
+from harness.analysis import shapes
 from harness.analysis.records import CellIndex, Measurement
 from harness.store.runmeta import RunMeta
 
@@ -120,7 +121,7 @@ def positions_dict(p: Positions) -> dict[str, Any]:
             "mean_len": _describe(p.mean_lens)}
 
 
-def _describe(xs: list[float]) -> dict[str, Any]:
+def _describe(xs: list[float]) -> shapes.MeanLen:
     if not xs:
         return {"n": 0, "median": None, "min": None, "max": None}
     return {"n": len(xs), "median": round(statistics.median(xs), 3), "min": round(min(xs), 3),
@@ -130,7 +131,7 @@ def _describe(xs: list[float]) -> dict[str, Any]:
 # ---------------------------------------------------------------- request by request
 
 
-def request_rows(index: CellIndex, speculative: set[str]) -> list[dict[str, Any]]:
+def request_rows(index: CellIndex, speculative: set[str]) -> list[shapes.ServerRequest]:
     """A reused server's requests in the order it served them: per server (container), the index of each request
     and its figures. Speculative strategies only (the cache trap is in the drafts)."""
     servers: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
@@ -145,7 +146,7 @@ def request_rows(index: CellIndex, speculative: set[str]) -> list[dict[str, Any]
     return out
 
 
-def _figures(ms: list[Measurement]) -> dict[str, Any]:
+def _figures(ms: list[Measurement]) -> shapes.RequestFigures:
     ok = [m for m in ms if m.measured]
     drafted = [m.drafted for m in ok]
     accepted = [m.accepted for m in ok]
@@ -159,7 +160,7 @@ def _median(xs: list[float] | list[int]) -> float | None:
     return round(float(statistics.median(xs)), 3) if xs else None
 
 
-def prompt_figures(index: CellIndex, speculative: set[str]) -> list[dict[str, Any]]:
+def prompt_figures(index: CellIndex, speculative: set[str]) -> list[shapes.PromptFigures]:
     """Per speculative strategy, task and prompt: the median draft counts and tok/s over the runs that count (what
     a reused server's requests are held against)."""
     by: dict[tuple[str, str, str, str], list[Measurement]] = defaultdict(list)

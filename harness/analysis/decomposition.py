@@ -30,9 +30,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from harness.analysis import checks
+from harness.analysis import checks, shapes
 from harness.analysis import inference as inf
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.analysis.speedups import MIN_ROUNDS, SpeedupTable
@@ -194,9 +193,9 @@ def _timing_split(ms: list[Measurement]) -> tuple[float | None, float | None]:
     return statistics.median(shares), statistics.median(verify)
 
 
-def as_dict(d: Decomposition) -> dict[str, Any]:
+def as_dict(d: Decomposition) -> shapes.DecompositionJson:
     """What summary.json keeps of a decomposition."""
-    def factor(f: Factor) -> dict[str, Any]:
+    def factor(f: Factor) -> shapes.FactorJson:
         iv = f.interval
         # six places: the two factors of a small pass rate still multiply back to the speedup's four
         return {"estimate": round(f.estimate, 6), "low": None if iv.low is None else round(iv.low, 6),

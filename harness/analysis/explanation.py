@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.analysis import acceptance as acc
 from harness.analysis import decomposition as dc
+from harness.analysis import shapes
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import SpeedupTable
 from harness.store.runmeta import RunMeta
@@ -21,7 +22,7 @@ NO_POSITIONS = ("the pinned build (b11434) prints acceptance by draft position o
 
 
 def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None],
-            table: SpeedupTable) -> dict[str, Any]:
+            table: SpeedupTable) -> shapes.Explanation:
     """The summary's `decomposition`, `positions` and `requests` parts."""
     spec = acc.speculative_ids(meta)
     order = {(s.id, t.id): i for i, (s, t) in enumerate((s, t) for s in meta.planned_strategies()

@@ -198,7 +198,7 @@ class QuietWaitSummary(TypedDict):
     bound_reached: int
 
 
-# ---------------------------------------------------------------- the sampling study (harness/analysis/lossless.py)
+# ----------------------------------------------------------- the sampling study (harness/analysis/lossless.py)
 
 
 class Divergence(TypedDict):
@@ -331,6 +331,114 @@ class StudyComparison(TypedDict):
     settings_b: NotRequired[StudySettings]
 
 
+# ------------------------------------------------------- why faster or slower (harness/analysis/explanation.py)
+
+
+class FactorJson(TypedDict):
+    """A factor of the speedup (tokens per pass, pass rate) with its interval."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    n: int
+
+
+class DecompositionJson(TypedDict):
+    """A cell's speedup as tokens per pass x pass rate, and the cause that decides it (decomposition.py)."""
+
+    host: str
+    strategy: str
+    task: str
+    speedup: float
+    tokens_per_pass: FactorJson
+    pass_rate: FactorJson
+    rounds: int
+    cause: str
+    acceptance: float | None
+    offered_tokens_per_pass: float
+    step_cost_passes: float
+    draft_share: float | None
+    verify_pass_ms: float | None
+    baseline_pass_ms: float | None
+
+
+class MeanLen(TypedDict):
+    n: int
+    median: float | None
+    min: float | None
+    max: float | None
+
+
+class PositionFigures(TypedDict):
+    """Acceptance by draft position (acceptance.py `Positions`)."""
+
+    host: str
+    strategy: str
+    calls: int
+    shares: list[float]
+    accepted_hist: list[int]
+    requests: int
+    requests_without: int
+    sources: list[str]
+    mean_len: MeanLen
+
+
+class CellPositions(PositionFigures):
+    task: str
+
+
+class PositionsJson(TypedDict):
+    cells: list[CellPositions]
+    strategies: list[PositionFigures]  # a strategy over its tasks
+    requests_without: int
+    note: str | None
+
+
+class RequestFigures(TypedDict):
+    """Median draft counts and tok/s of some requests."""
+
+    drafted: float | None
+    accepted: float | None
+    acceptance: float | None
+    tok_s: float | None
+    drafted_range: list[int] | None
+
+
+class ServerRequest(RequestFigures):
+    """A reused server's request, by its index in the server."""
+
+    server: int
+    host: str
+    strategy: str
+    index: int
+    task: str
+    prompt: str
+    ok: bool
+
+
+class PromptFigures(RequestFigures):
+    """A speculative strategy's prompt over the runs that count."""
+
+    host: str
+    strategy: str
+    task: str
+    prompt: str
+    runs: int
+
+
+class RequestsJson(TypedDict):
+    servers: list[ServerRequest]
+    prompts: list[PromptFigures]
+
+
+class Explanation(TypedDict):
+    """The summary's `decomposition`, `positions` and `requests` parts."""
+
+    decomposition: list[DecompositionJson]
+    positions: PositionsJson
+    requests: RequestsJson
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -361,9 +469,9 @@ class Summary(TypedDict):
     sensitivity: list[dict[str, Any]]
     quiet_wait: QuietWaitSummary | None
     completion: dict[str, Any]
-    decomposition: list[dict[str, Any]]  # harness/analysis/decomposition.py
-    positions: dict[str, Any]  # harness/analysis/acceptance.py
-    requests: dict[str, Any]
+    decomposition: list[DecompositionJson]
+    positions: PositionsJson
+    requests: RequestsJson
     # sections a kind of study adds
     sweeps: NotRequired[list[dict[str, Any]]]  # harness/analysis/tuning.py
     selection_rounds: NotRequired[list[int]]

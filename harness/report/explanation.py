@@ -24,11 +24,11 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _who(x: dict[str, Any], several_hosts: bool) -> str:
+def _who(x: shapes.DecompositionJson | shapes.PositionFigures, several_hosts: bool) -> str:
     return fm.md(f"{x['host']}: {x['strategy']}" if several_hosts else x["strategy"])
 
 
-def _factor(f: dict[str, Any]) -> str:
+def _factor(f: shapes.FactorJson) -> str:
     if f.get("low") is None:
         return f"{fm.sig(f['estimate'])} (no interval)"
     return f"{fm.sig(f['estimate'])} [{fm.sig(f['low'])}, {fm.sig(f['high'])}]"
@@ -37,7 +37,7 @@ def _factor(f: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- decomposition
 
 
-def cause_text(d: dict[str, Any]) -> str:
+def cause_text(d: shapes.DecompositionJson) -> str:
     """What decides the cell, in words, with the figures that say so."""
     cause, tpp, step = d["cause"], d["tokens_per_pass"]["estimate"], d["step_cost_passes"]
     if cause == "tokens per pass pay":
@@ -165,7 +165,7 @@ def fresh_peer(summary: shapes.Summary, peers: Sequence[shapes.Summary]) -> shap
                  and p["manifest"]["name"] == summary["manifest"]["name"]), None)
 
 
-def _fresh_index(peer: shapes.Summary | None) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _fresh_index(peer: shapes.Summary | None) -> dict[tuple[str, str, str], shapes.PromptFigures]:
     if peer is None:
         return {}
     return {(x["strategy"], x["task"], x["prompt"]): x for x in peer["requests"]["prompts"]}
@@ -214,7 +214,7 @@ def plot_requests(summary: shapes.Summary, peer: shapes.Summary | None, path: Pa
     if not servers:
         return None
     fresh = _fresh_index(peer)
-    by: dict[int, list[dict[str, Any]]] = {}
+    by: dict[int, list[shapes.ServerRequest]] = {}
     for r in servers:
         by.setdefault(r["server"], []).append(r)
     with plotting.pyplot() as plt:
