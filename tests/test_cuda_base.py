@@ -185,7 +185,7 @@ def test_dockerfile_builds_cuda_on_offline_bases_and_stops_at_the_driver(docker_
         assert "The CUDA compiler identification is NVIDIA 13.0.88" in log
     assert rec.server_version.startswith("no NVIDIA driver: libcuda.so.1")
     if not rec.reused:
-        assert rec["cuda_checks"]["ok"] and rec["cuda_checks"]["problems"] == []
+        assert rec.cuda_checks["ok"] and rec.cuda_checks["problems"] == []
     report = cuda_image.inspect(engine, rec.tag)
     assert report.ok, report.problems
     assert report.driver_missing and report.version_exit == 127

@@ -59,13 +59,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 from scipy import special
 from scipy import stats as sps
 
 from harness import formatter as fm
+from harness.analysis import shapes
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
@@ -457,7 +457,7 @@ class Figure:
     high: float | None
     rounds: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.FigureJson:
         return {"estimate": fm.rounded(self.estimate, 4), "low": fm.rounded(self.low, 4),
                 "high": fm.rounded(self.high, 4), "rounds": self.rounds}
 

@@ -24,12 +24,12 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from harness import formatter as fm
+from harness.analysis import shapes
 from harness.analysis.inference import NO_FIGURE, Figure
 
 CONFIDENCE = 0.95
@@ -98,7 +98,7 @@ class Point:
     speculating: bool | None
     measurements: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.PointJson:
         return {"strategy": self.strategy, "streams": self.streams, "aggregate_tok_s": self.aggregate.as_dict(),
                 "per_stream_tok_s": fm.rounded(self.per_stream_tok_s, 3), "tpot_ms": fm.rounded(self.tpot_ms, 3),
                 "ttft_ms": fm.rounded(self.ttft_ms, 3), "itl_p50_ms": fm.rounded(self.itl_p50_ms, 3),
@@ -126,7 +126,7 @@ class Level:
     speculative_streams: int | None
     ratio: Figure
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.LevelJson:
         return {"streams": self.streams, "speculative_streams": self.speculative_streams,
                 "ratio": self.ratio.as_dict()}
 
@@ -153,7 +153,7 @@ class Crossover:
         return [x.streams for x in self.levels
                 if x.ratio.low is None or x.ratio.high is None or x.ratio.low <= 1 <= x.ratio.high]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.CrossoverJson:
         return {"strategy": self.strategy, "baseline": self.baseline, "levels": [x.as_dict() for x in self.levels],
                 "overtaken_at": self.overtaken_at, "estimate_below_at": self.estimate_below_at,
                 "ahead_at": self.ahead_at, "not_shown_at": self.not_shown_at}

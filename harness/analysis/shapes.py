@@ -3,8 +3,7 @@
 summaries of the committed runs).
 
 The sampling study's table is here too (harness/analysis/lossless.py writes it, harness/report/lossless.py reads
-it). A section that only one part of the report reads (a sweep, the serving rounds, the builds) stays a mapping:
-its own module's concern."""
+it), and so are the sweeps and serving curves, and why a speedup is what it is."""
 
 from typing import Any, NotRequired, TypedDict
 
@@ -439,6 +438,119 @@ class Explanation(TypedDict):
     requests: RequestsJson
 
 
+# ---------------------------------------------------------------- sweeps and serving (harness/analysis/tuning.py)
+
+
+class FigureJson(TypedDict):
+    """A positive figure with its 95% interval over `rounds` rounds (`inference.Figure`)."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    rounds: int
+
+
+class CandidateJson(TypedDict):
+    """A swept combination against the best of its scope."""
+
+    combination: str
+    figure: FigureJson
+    vs_best: FigureJson
+    p: float | None
+    p_holm: float | None
+    distinguishable: bool
+
+
+class SelectionJson(TypedDict):
+    """The best combination of a scope (a task, or all: task None) and every combination against it."""
+
+    task: str | None
+    best: str
+    tied: list[str]
+    candidates: list[CandidateJson]
+
+
+class ConfirmationJson(TypedDict):
+    """The best two in the rounds after the sweep."""
+
+    rounds: list[int]
+    winner: str
+    runner_up: str | None
+    winner_figure: FigureJson
+    runner_up_figure: FigureJson
+    winner_tasks: dict[str, FigureJson]
+    runner_up_tasks: dict[str, FigureJson]
+    winner_vs_runner_up: FigureJson
+
+
+class SweepJson(TypedDict):
+    """A swept entry (`sweep.SweepResult`), with each combination's flag values."""
+
+    family: str
+    host: str
+    combinations: list[str]
+    overall: SelectionJson | None
+    tasks: list[SelectionJson]
+    confirmation: ConfirmationJson | None
+    winner: str | None
+    decided_by: str | None
+    best_two: list[str | None] | None
+    values: NotRequired[dict[str, list[list[str | int | float]]]]
+
+
+class PointJson(TypedDict):
+    """A strategy at N clients (`serving.Point`)."""
+
+    strategy: str
+    streams: int
+    aggregate_tok_s: FigureJson
+    per_stream_tok_s: float | None
+    tpot_ms: float | None
+    ttft_ms: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    speculating: bool | None
+    measurements: int
+
+
+class LevelJson(TypedDict):
+    streams: int
+    speculative_streams: int | None
+    ratio: FigureJson
+
+
+class CrossoverJson(TypedDict):
+    """Where batching overtakes one speculative strategy (`serving.Crossover`)."""
+
+    strategy: str
+    baseline: str
+    levels: list[LevelJson]
+    overtaken_at: int | None
+    estimate_below_at: int | None
+    ahead_at: list[int]
+    not_shown_at: list[int]
+
+
+class ServingJson(TypedDict):
+    """One host's serving curves and crossovers."""
+
+    host: str
+    curves: dict[str, list[PointJson]]
+    crossovers: list[CrossoverJson]
+    confirmation_rounds: dict[str, list[int]]
+
+
+class Tuning(TypedDict, total=False):
+    """The summary's `sweeps` and `serving` parts: present only for a run with a sweep or several levels."""
+
+    sweeps: list[SweepJson]
+    rules_sweep: str
+    confirmation_rounds: list[int]
+    selection_rounds: list[int]
+    serving: list[ServingJson]
+    rules_serving: str
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -473,10 +585,10 @@ class Summary(TypedDict):
     positions: PositionsJson
     requests: RequestsJson
     # sections a kind of study adds
-    sweeps: NotRequired[list[dict[str, Any]]]  # harness/analysis/tuning.py
+    sweeps: NotRequired[list[SweepJson]]
     selection_rounds: NotRequired[list[int]]
     confirmation_rounds: NotRequired[list[int]]
-    serving: NotRequired[list[dict[str, Any]]]
+    serving: NotRequired[list[ServingJson]]
     rules_sweep: NotRequired[str]
     rules_serving: NotRequired[str]
     builds: NotRequired[dict[str, Any]]  # harness/analysis/builds.py

@@ -33,12 +33,12 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from harness.analysis import inference as inf
+from harness.analysis import shapes
 
 CONFIDENCE = 0.95
 
@@ -128,7 +128,7 @@ class Candidate:
     p_holm: float | None
     distinguishable: bool
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.CandidateJson:
         return {"combination": self.combination, "figure": self.figure.as_dict(), "vs_best": self.vs_best.as_dict(),
                 "p": None if self.p is None else round(self.p, 6),
                 "p_holm": None if self.p_holm is None else round(self.p_holm, 6),
@@ -149,7 +149,7 @@ class Selection:
         return [self.best] + [c.combination for c in self.candidates
                               if c.combination != self.best and not c.distinguishable]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.SelectionJson:
         return {"task": self.task, "best": self.best, "tied": self.tied,
                 "candidates": [c.as_dict() for c in self.candidates]}
 
@@ -194,7 +194,7 @@ class Confirmation:
     runner_up_tasks: dict[str, Figure] = field(default_factory=dict)
     winner_vs_runner_up: Figure = NO_FIGURE
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.ConfirmationJson:
         return {"rounds": list(self.rounds), "winner": self.winner, "runner_up": self.runner_up,
                 "winner_figure": self.winner_figure.as_dict(), "runner_up_figure": self.runner_up_figure.as_dict(),
                 "winner_tasks": {t: f.as_dict() for t, f in self.winner_tasks.items()},
@@ -242,7 +242,7 @@ class SweepResult:
             return None
         return self.overall.best, next((c.combination for c in self.overall.candidates[1:2]), None)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.SweepJson:
         return {"family": self.family, "host": self.host, "combinations": list(self.combinations),
                 "overall": self.overall.as_dict() if self.overall else None,
                 "tasks": [s.as_dict() for s in self.tasks],

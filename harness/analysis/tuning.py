@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import serving, sweep
+from harness.analysis import serving, shapes, sweep
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import paired_logs
@@ -126,7 +126,7 @@ def levels_of(meta: RunMeta) -> dict[str, list[StrategyMeta]]:
     return {f: ss for f, ss in by.items() if len({s.parallel for s in ss}) > 1}
 
 
-def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
+def serving_results(meta: RunMeta, index: CellIndex) -> list[shapes.ServingJson]:
     """Per host, when a baseline was measured at several levels: the curve of every strategy entry measured at
     N clients (a sweep by its confirmed winner, from the confirmation rounds alone, else by its best), and where
     batching overtakes each speculative one."""
@@ -178,9 +178,9 @@ def serving_results(meta: RunMeta, index: CellIndex) -> list[dict[str, Any]]:
     return out
 
 
-def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
+def summary(meta: RunMeta, index: CellIndex) -> shapes.Tuning:
     """The summary's `sweeps` and `serving` parts; empty for a run with neither."""
-    out: dict[str, Any] = {}
+    out: shapes.Tuning = {}
     sweeps = sweep_results(meta, index)
     if sweeps:
         out["sweeps"] = [s.as_dict() | {"values": {c: [list(p) for p in meta.strategy(c).sweep]

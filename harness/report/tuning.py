@@ -19,7 +19,7 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _fig(f: dict[str, Any] | None) -> str:
+def _fig(f: shapes.FigureJson | None) -> str:
     """'1.23x [1.10, 1.37]' from a figure's dict; '-' without an estimate."""
     if not f or f.get("estimate") is None:
         return fm.DASH
@@ -31,11 +31,11 @@ def _rounds(rounds: list[int]) -> str:
     return f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
 
 
-def _who(res: dict[str, Any], several_hosts: bool) -> str:
+def _who(res: shapes.SweepJson, several_hosts: bool) -> str:
     return fm.md(f"{res['host']}: {res['family']}" if several_hosts else res["family"])
 
 
-def _headline(res: dict[str, Any], sel: str, conf_rounds: str | None) -> list[str]:
+def _headline(res: shapes.SweepJson, sel: str, conf_rounds: str | None) -> list[str]:
     """The sweep's headline: the winner where the best two are distinguishable, else "best two not
     distinguishable", each figure with the rounds it comes from."""
     overall, conf, win = res["overall"], res["confirmation"], res.get("winner")
@@ -69,7 +69,7 @@ def _headline(res: dict[str, Any], sel: str, conf_rounds: str | None) -> list[st
             f"{_fig(sweep_fig[best])}, {tail}."]
 
 
-def sweep_text(res: dict[str, Any], several_hosts: bool, selection: list[int] | None = None) -> list[str]:
+def sweep_text(res: shapes.SweepJson, several_hosts: bool, selection: list[int] | None = None) -> list[str]:
     """One sweep: the headline (a winner only where the best two are distinguishable), every combination against
     the best, and each task's best; selection and confirmation figures in columns of their own, labelled with
     their rounds."""
@@ -118,7 +118,7 @@ def sweep_text(res: dict[str, Any], several_hosts: bool, selection: list[int] | 
     return out
 
 
-def serving_text(part: dict[str, Any], several_hosts: bool) -> list[str]:
+def serving_text(part: shapes.ServingJson, several_hosts: bool) -> list[str]:
     """One host's serving curves and where batching overtakes each speculative strategy."""
     host = f" on {fm.md(part['host'])}" if several_hosts else ""
     rows = []
@@ -153,7 +153,7 @@ def _clients(ns: list[int]) -> str:
     return f"{text} client{'s' if len(ns) > 1 or ns[-1] > 1 else ''}"
 
 
-def crossover_verdict(c: dict[str, Any], host: str = "") -> str:
+def crossover_verdict(c: shapes.CrossoverJson, host: str = "") -> str:
     """Where batching overtakes one speculative strategy, in words: overtaken at the first N whose interval lies
     below 1; "does not overtake" only at levels whose interval lies above 1; every other level "not shown"."""
     levels = c["levels"]
@@ -183,7 +183,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:80]
 
 
-def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
+def plot_sweep(res: shapes.SweepJson, path: Path) -> Path | None:
     """A line per value of the other swept flags, the first flag's values along x, the sweep figure with its
     interval from the selection rounds, and the confirmed figures of the best two (their own rounds) as stars."""
     overall = res["overall"]
@@ -235,7 +235,7 @@ def plot_sweep(res: dict[str, Any], path: Path) -> Path | None:
         return plotting.save(plt, fig, path)
 
 
-def plot_serving(part: dict[str, Any], path: Path) -> Path | None:
+def plot_serving(part: shapes.ServingJson, path: Path) -> Path | None:
     """Aggregate tok/s against per-stream time per token, a line per strategy through its levels (N marked)."""
     if not part["curves"]:
         return None
