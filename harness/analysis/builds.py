@@ -19,10 +19,9 @@ Reads the run's typed run.json and its CellIndex; a run of one build has no such
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import checks, words
+from harness.analysis import checks, shapes, words
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey, Measurement
@@ -48,7 +47,7 @@ def source_text(record: BuildRecord) -> str:
     return f"llama.cpp b{src.get('build_number')} ({src.get('commit')}), {where}"
 
 
-def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any] | None:
+def summary(meta: RunMeta, index: CellIndex) -> shapes.BuildsJson | None:
     """The builds part of a run's summary: each build's image and source, and each later build against the first
     (tok/s and speedup tables, output changes); None for a run of one build."""
     names = list(meta.builds)
@@ -72,7 +71,7 @@ def pairs(meta: RunMeta, a: str, b: str) -> list[tuple[str, StrategyMeta, Strate
     return [(key, s, on_b[key]) for s in planned if s.build == a and (key := across(s.id, a)) in on_b]
 
 
-def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> dict[str, Any]:
+def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComparison:
     """Build b against build a: B/A of tok/s and of speedup per strategy and task (and over tasks), and where
     the output changed."""
     ps = pairs(meta, a, b)
@@ -97,7 +96,7 @@ def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> dict[str, Any]:
             "output": outputs(index, hosts, ps, tasks, a, b)}
 
 
-def _table(t: sp.SpeedupTable, names: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+def _table(t: sp.SpeedupTable, names: Mapping[str, tuple[str, str]]) -> shapes.BuildTable:
     return {"cells": [_figure(s, names) for s in t.cells.values()],
             "geomeans": [_figure(g, names) for g in t.geomeans],
             "family": {"cells": len([c for c in t.cells.values() if c.judgement.family]),
@@ -105,7 +104,7 @@ def _table(t: sp.SpeedupTable, names: Mapping[str, tuple[str, str]]) -> dict[str
                        "method": "holm", "alpha": inf.ALPHA}}
 
 
-def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> shapes.BuildFigure:
     iv = s.interval
     j = s.judgement
     return {"host": s.host, "strategy": s.strategy, "a": names[s.strategy][0], "b": names[s.strategy][1],
@@ -123,7 +122,7 @@ def _first_ok(ms: list[Measurement], prompt: str) -> list[Measurement]:
     return [m for m in ms if m.ok and m.prompt == prompt]
 
 
-def _divergence(a: Measurement, b: Measurement) -> dict[str, Any]:
+def _divergence(a: Measurement, b: Measurement) -> shapes.BuildDivergence:
     """Where B's output leaves A's: the first divergent token and, where A's record has its top-2 probabilities
     (a baseline's), A's margin there and its rank among the narrowest (harness/analysis/checks.py)."""
     v = checks.determinism(a.raw["output"], b.raw["output"], a.raw.get("probs"))
@@ -134,13 +133,13 @@ def _divergence(a: Measurement, b: Measurement) -> dict[str, Any]:
 
 
 def outputs(index: CellIndex, hosts: list[str], ps: list[tuple[str, StrategyMeta, StrategyMeta]],
-            tasks: list[str], a: str, b: str) -> dict[str, Any]:
+            tasks: list[str], a: str, b: str) -> shapes.OutputChanges:
     """Per strategy, prompt by prompt: are B's outputs (and draft counts) at temperature 0 those of A? A
     baseline whose output differs means build b changed greedy decoding itself."""
     rows = []
     for host in hosts:
         for key, sa, sb in ps:
-            row = {"host": host, "strategy": key, "speculative": sa.spec_type != "none", "prompts": 0,
+            row: shapes.OutputRow = {"host": host, "strategy": key, "speculative": sa.spec_type != "none", "prompts": 0,
                    "outputs_identical": 0, "drafts_identical": 0, "changed": []}
             for t in tasks:
                 ma, mb = index.of(CellKey(host, sa.id, t)), index.of(CellKey(host, sb.id, t))
@@ -171,7 +170,7 @@ def outputs(index: CellIndex, hosts: list[str], ps: list[tuple[str, StrategyMeta
     return {"rows": rows, "greedy_changed": changed, "greedy_compared": compared, "sentence": sentence}
 
 
-def changed_builds(section: Mapping[str, Any] | None) -> list[str]:
+def changed_builds(section: shapes.BuildsJson | None) -> list[str]:
     """The builds that changed the greedy output (their baseline's output differs from the first build's)."""
     if not section:
         return []

@@ -3,7 +3,7 @@
 summaries of the committed runs).
 
 The sampling study's table is here too (harness/analysis/lossless.py writes it, harness/report/lossless.py reads
-it), and so are the sweeps and serving curves, and why a speedup is what it is."""
+it), and so are the sweeps and serving curves, why a speedup is what it is, and the builds compared."""
 
 from typing import Any, NotRequired, TypedDict
 
@@ -551,6 +551,109 @@ class Tuning(TypedDict, total=False):
     rules_serving: str
 
 
+# ---------------------------------------------------------------- builds (harness/analysis/builds.py)
+
+
+class BuildVerdict(TypedDict):
+    kind: str
+    p_differs: float | None
+    p_within: float | None
+    p_adjusted: float | None
+    family: int
+
+
+class BuildFigure(TypedDict):
+    """B/A of one strategy and task (task None: over the tasks) between two builds."""
+
+    host: str
+    strategy: str
+    a: str
+    b: str
+    task: str | None
+    estimate: float | None
+    rounds: int
+    interval: IntervalJson
+    verdict: BuildVerdict
+    tasks: NotRequired[list[str]]  # a geometric mean's tasks
+    left_out: NotRequired[list[str]]
+
+
+class TableFamily(TypedDict):
+    cells: int
+    geomeans: int
+    tests: int
+    method: str
+    alpha: float
+
+
+class BuildTable(TypedDict):
+    cells: list[BuildFigure]
+    geomeans: list[BuildFigure]
+    family: TableFamily
+
+
+class BuildDivergence(TypedDict):
+    """Where B's output leaves A's, and A's top-2 margin there when its record has one."""
+
+    first_divergent_token: int | None
+    margin: float | None
+    margin_rank: int | None
+    sentence: str
+
+
+class ChangedOutput(BuildDivergence):
+    task: str
+    prompt: str
+    tokens: int | None
+
+
+class OutputRow(TypedDict):
+    """A strategy's outputs prompt by prompt on two builds."""
+
+    host: str
+    strategy: str
+    speculative: bool
+    prompts: int
+    outputs_identical: int
+    drafts_identical: int
+    changed: list[ChangedOutput]
+
+
+class OutputChanges(TypedDict):
+    rows: list[OutputRow]
+    greedy_changed: int
+    greedy_compared: int
+    sentence: str
+
+
+class BuildComparison(TypedDict):
+    """A later build against the first."""
+
+    build: str
+    against: str
+    tok_s: BuildTable
+    speedup: BuildTable
+    output: OutputChanges
+
+
+class BuildEntry(TypedDict):
+    name: str
+    tag: str
+    image_id: str | None
+    source: str
+    cmake_args: list[str]
+    strategies: list[str]
+
+
+class BuildsJson(TypedDict):
+    """The summary's `builds`: a run of several builds."""
+
+    reference: str
+    builds: list[BuildEntry]
+    comparisons: list[BuildComparison]
+    rule: str
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -591,5 +694,5 @@ class Summary(TypedDict):
     serving: NotRequired[list[ServingJson]]
     rules_sweep: NotRequired[str]
     rules_serving: NotRequired[str]
-    builds: NotRequired[dict[str, Any]]  # harness/analysis/builds.py
+    builds: NotRequired[BuildsJson]
     distribution: NotRequired[StudySummary]

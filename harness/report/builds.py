@@ -19,7 +19,7 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def by_build(summary: shapes.Summary) -> list[tuple[str | None, dict[str, Any]]]:
+def by_build(summary: shapes.Summary) -> list[tuple[str | None, shapes.Summary]]:
     """The summary as each build's tables see it (its strategies, cells, geometric means); [(None, summary)] for
     a run of one build."""
     section = summary.get("builds")
@@ -71,7 +71,7 @@ def family_note(summary: shapes.Summary) -> str:
             "rounds and judged at once.")
 
 
-def _text(f: dict[str, Any] | None) -> str:
+def _text(f: shapes.BuildFigure | None) -> str:
     if not f or f.get("estimate") is None:
         return fm.DASH
     v = f["verdict"]["kind"]
@@ -82,7 +82,7 @@ def _text(f: dict[str, Any] | None) -> str:
     return f"{fm.ratio(f['estimate'])}{span} {MARKS.get(v, '')}".rstrip()
 
 
-def _ratio_table(table: dict[str, Any], tasks: list[str], several_hosts: bool) -> str:
+def _ratio_table(table: shapes.BuildTable, tasks: list[str], several_hosts: bool) -> str:
     cells = {(c["host"], c["strategy"], c["task"]): c for c in table["cells"]}
     geo = {(g["host"], g["strategy"]): g for g in table["geomeans"]}
     rows = []
@@ -101,7 +101,7 @@ def _ratio_table(table: dict[str, Any], tasks: list[str], several_hosts: bool) -
     return _table(rows, ["strategy", "B / A"] + [fm.md(t) for t in tasks] + ["geomean"])
 
 
-def _family(table: dict[str, Any]) -> str:
+def _family(table: shapes.BuildTable) -> str:
     fam = table["family"]
     if not fam["cells"]:
         return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
@@ -109,7 +109,7 @@ def _family(table: dict[str, Any]) -> str:
             f"mean{'s' if fam['geomeans'] != 1 else ''} over tasks, {fam['tests']} tests, Holm's procedure at 5%.")
 
 
-def _outputs(out: dict[str, Any], several_hosts: bool) -> list[str]:
+def _outputs(out: shapes.OutputChanges, several_hosts: bool) -> list[str]:
     lines = [f"- **{fm.md(out['sentence'])}**"]
     for r in out["rows"]:
         if not r["prompts"]:
