@@ -345,7 +345,7 @@ def _unpaired(by_a: dict[str, list[Unit]], by_b: dict[str, list[Unit]], prompts:
     return inf.combine(diffs)
 
 
-def parity_dict(p: Parity) -> dict[str, Any]:
+def parity_dict(p: Parity) -> shapes.ParityJson:
     def r(x: float | None) -> float | None:
         return None if x is None or not math.isfinite(x) else round(x, 4)
     return {"strategy": p.strategy, "task": p.task, "a": p.a._asdict(), "b": p.b._asdict(), "runs_a": list(p.runs_a),

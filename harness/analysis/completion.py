@@ -14,10 +14,9 @@ from __future__ import annotations
 import shlex
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness import KitError
-from harness.analysis import gaps
+from harness.analysis import gaps, shapes
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import MIN_ROUNDS, paired_logs
 from harness.intake.bounded_yaml import parse_yaml
@@ -42,7 +41,7 @@ class Completion:
     resumes: bool = True  # the command resumes the run (else it is a new run)
     flags: dict[str, str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.CompletionJson:
         cell = lambda k: {"host": k.host, "strategy": k.strategy, "task": k.task}  # noqa: E731
         return {"fillable": [cell(k) for k in self.fillable], "short_planned": [cell(k) for k in self.short_planned],
                 "unmeasured": self.unmeasured, "disturbed": self.disturbed, "failed": self.failed,

@@ -6,7 +6,6 @@ several run folders (`report_parity`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from harness.analysis import acceptance as acc
 from harness.analysis import decomposition as dc
@@ -46,7 +45,7 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
     }
 
 
-def report_parity(runs: Sequence[tuple[RunMeta, CellIndex]]) -> list[dict[str, Any]]:
+def report_parity(runs: Sequence[tuple[RunMeta, CellIndex]]) -> list[shapes.ParityJson]:
     """Acceptance parity over every run of a report (see harness/analysis/acceptance.py)."""
     units = [u for meta, index in runs for u in acc.units(meta, index)]
     return [acc.parity_dict(p) for p in acc.parity(units)]

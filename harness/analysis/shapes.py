@@ -654,6 +654,133 @@ class BuildsJson(TypedDict):
     rule: str
 
 
+# ---------------------------------------------------------------- the printed table's family and the run's extras
+
+
+class PriorJson(TypedDict):
+    """A variance prior the cells' variances were moderated with (`inference.Prior`)."""
+
+    d0: float | None
+    sd: float | None
+    cells: int
+
+
+class HostPriors(TypedDict):
+    strategy: PriorJson
+    baseline: PriorJson
+    paired: PriorJson
+
+
+class PowerJson(TypedDict):
+    """What the table's rounds could mark (`speedups.Power`)."""
+
+    family: int
+    rounds: int
+    cells: float | None
+    noisiest_quarter: float | None
+    geomeans: float | None
+    rounds_for: dict[str, int | None]
+    sentence: str
+
+
+class FamilyJson(TypedDict):
+    """The family the printed table's marks are judged in."""
+
+    cells: int
+    geomeans: int
+    tests: int
+    method: str
+    alpha: float
+    band: float
+    priors: dict[str, HostPriors]
+    power: PowerJson
+
+
+class Variant(TypedDict):
+    """A perturbation task's variant against its reference prompt, for one strategy."""
+
+    host: str
+    strategy: str
+    task: str
+    reference: str
+    variant: str
+    tok_s_ratio: float | None
+    tok_s_ratio_interval: IntervalJson | None
+    acceptance_reference: float | None
+    acceptance_variant: float | None
+    speedup_reference: float | None
+    speedup_variant: float | None
+    output_common_prefix_tokens: int | None
+    output_tokens: int | None
+
+
+class Unconverged(TypedDict):
+    host: str
+    strategy: str
+    task: str
+    rounds: int
+    half_width: float | None
+    rounds_estimate: int | None
+
+
+class ConvergenceJson(TypedDict):
+    """A run with --until: the target, the rounds run, and every cell still wider than the target."""
+
+    target: float
+    max_rounds: int | None
+    rounds: int
+    not_converged: list[Unconverged]
+
+
+class CellRef(TypedDict):
+    host: str
+    strategy: str
+    task: str
+
+
+class CompletionJson(TypedDict):
+    """What a resume could still give a verdict, and the command (`completion.Completion`)."""
+
+    fillable: list[CellRef]
+    short_planned: list[CellRef]
+    unmeasured: int
+    disturbed: int
+    failed: int
+    retakes_made: int
+    retake_cap: int | None
+    command: str | None
+    resumes: bool
+    flags: dict[str, str]
+
+
+class SettingJson(TypedDict):
+    """A setting acceptance can differ between (`acceptance.Where`)."""
+
+    host: str
+    backend: str
+    build: str
+
+
+class ParityJson(TypedDict):
+    """Acceptance of one strategy on one task in two settings (`acceptance.Parity`)."""
+
+    strategy: str
+    task: str
+    a: SettingJson
+    b: SettingJson
+    runs_a: list[str]
+    runs_b: list[str]
+    acceptance_a: float | None
+    acceptance_b: float | None
+    difference: float | None
+    low: float | None
+    high: float | None
+    paired: bool
+    units: int
+    p_differs: float | None
+    differs: bool
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -676,14 +803,14 @@ class Summary(TypedDict):
     cells: list[CellSummary]
     determinism: dict[str, DeterminismTotal]
     geomeans: list[Geomean]
-    family: dict[str, Any]  # the printed table's family, its priors and power (`summary._family`)
+    family: FamilyJson
     interference: dict[str, HostInterference]
     checks_ran: list[CheckRan]
     rules: dict[str, str]
-    convergence: dict[str, Any] | None
-    sensitivity: list[dict[str, Any]]
+    convergence: ConvergenceJson | None
+    sensitivity: list[Variant]
     quiet_wait: QuietWaitSummary | None
-    completion: dict[str, Any]
+    completion: CompletionJson
     decomposition: list[DecompositionJson]
     positions: PositionsJson
     requests: RequestsJson

@@ -52,11 +52,11 @@ def _verdict(s: Speedup) -> shapes.VerdictJson:
             "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4)}
 
 
-def _prior(p: inf.Prior) -> dict[str, Any]:
+def _prior(p: inf.Prior) -> shapes.PriorJson:
     return {"d0": fm.rounded(p.d0, 2), "sd": fm.rounded(p.sd, 5), "cells": p.cells}
 
 
-def _family(table: sp.SpeedupTable) -> dict[str, Any]:
+def _family(table: sp.SpeedupTable) -> shapes.FamilyJson:
     """The family the printed table's marks are judged in, the priors its variances were moderated with, and what
     its rounds could mark."""
     pw = table.power()
@@ -121,7 +121,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
     _speculation(cells, index, meta)
     table = run_stats.table
     interference = interference_summary(everything, meta.plan.hosts)
-    return {
+    out: shapes.Summary = {
         "format_version": FORMAT_VERSIONS["summary"], "run_id": meta.run_id, "status": meta.status,
         "protocol": meta.protocol, "manifest": {"name": meta.manifest.name, "sha256": meta.manifest.sha256},
         "hardware": meta.hardware_json(),
@@ -149,22 +149,16 @@ def summarize(rd: RunDir) -> shapes.Summary:
         "sensitivity": sensitivity(index, meta),
         "quiet_wait": quiet_wait_summary(meta, everything),
         "completion": completion.of(meta, everything).as_dict(),
-    } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table) \
-        | _builds(meta, index) | _distribution(rd, meta)
-
-
-def _builds(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
-    """A run of several builds: each later build against the first (harness/analysis/builds.py); else nothing."""
-    section = builds.summary(meta, index)
-    return {} if section is None else {"builds": section}
-
-
-def _distribution(rd: RunDir, meta: RunMeta) -> dict[str, Any]:
-    """The sampling study's table (harness/analysis/lossless.py), for a run that drew one."""
-    if not meta.plan.distribution:
-        return {}
-    return {"distribution": lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
-                                             {s.id: (s.spec_type, s.args) for s in meta.strategies})}
+    } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table)
+    section = builds.summary(meta, index)  # a run of several builds: each later build against the first
+    if section is not None:
+        out["builds"] = section
+    if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
+        study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+                                 {s.id: (s.spec_type, s.args) for s in meta.strategies})
+        if study is not None:
+            out["distribution"] = study
+    return out
 
 
 def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -206,7 +200,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def sensitivity(index: CellIndex, meta: RunMeta) -> list[dict[str, Any]]:
+def sensitivity(index: CellIndex, meta: RunMeta) -> list[shapes.Variant]:
     """For each perturbation task (its first prompt the reference, the others variants with a phrase added or
     removed): per strategy and variant, throughput against the reference paired by round, acceptance of both, the
     output's agreement with the reference's (common prefix in tokens), and the speedup against the baseline."""
@@ -227,7 +221,7 @@ def sensitivity(index: CellIndex, meta: RunMeta) -> list[dict[str, Any]]:
 
 
 def _variant(host: str, strategy: str, task: str, ref: str, var: str, by: dict[str, dict[int, Measurement]],
-             base_by: dict[str, dict[int, Measurement]]) -> dict[str, Any]:
+             base_by: dict[str, dict[int, Measurement]]) -> shapes.Variant:
     rounds = sorted(by[ref].keys() & by.get(var, {}).keys())
     logs = [math.log(by[var][r].tok_s / by[ref][r].tok_s) for r in rounds]
     loc = inf.locate(logs)
@@ -256,7 +250,7 @@ def _extra_planned(meta: RunMeta) -> int:
     return sum(prompts.get(task, 1) for x in meta.plan.extra_rounds for _, _, task in x.cells)
 
 
-def _convergence(meta: RunMeta, index: CellIndex, baselines: dict[str, str | None]) -> dict | None:
+def _convergence(meta: RunMeta, index: CellIndex, baselines: dict[str, str | None]) -> shapes.ConvergenceJson | None:
     """For a run with --until: the target, the rounds run, and every cell still wider than the target."""
     if meta.plan.until is None:
         return None

@@ -247,13 +247,13 @@ def plot_requests(summary: shapes.Summary, peer: shapes.Summary | None, path: Pa
 # ---------------------------------------------------------------- parity
 
 
-def _setting(w: dict[str, Any], other: dict[str, Any], runs: list[str]) -> str:
+def _setting(w: shapes.SettingJson, other: shapes.SettingJson, runs: list[str]) -> str:
     """A setting named by what differs from the other one (host, backend, build), with its runs."""
     dims = [f"{k} {w[k]}" for k in ("host", "backend", "build") if w[k] != other[k]] or ["same setting"]
     return fm.md(f"{', '.join(dims)} ({', '.join(runs)})")
 
 
-def parity_text(found: list[dict[str, Any]]) -> str:
+def parity_text(found: list[shapes.ParityJson]) -> str:
     """Acceptance of the same strategy and files in two settings: the table and each difference beyond noise."""
     if not found:
         return ""
@@ -331,7 +331,7 @@ def section(summary: shapes.Summary, out_path: Path, plots: dict[str, Path],
     return "\n".join(parts)
 
 
-def parity_section(found: list[dict[str, Any]]) -> str:
+def parity_section(found: list[shapes.ParityJson]) -> str:
     """The report-wide parity section ('' when no strategy ran on the same files in two settings)."""
     text = parity_text(found)
     if not text:
