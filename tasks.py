@@ -469,9 +469,9 @@ def reproduce(c, source, workdir="reproduce", models_dir=None, no_progress=False
     res = reproduce_here(Path(source), Path(workdir), models_dir=Path(models_dir or _cfg(c, "models", "models")),
                          progress=not no_progress, trust_source=trust_source, margin=m,
                          until=until, max_rounds=max_rounds, cell_margin=_cell_margin(cell_margin, m))
-    if res.get("comparison"):
-        print(console_lines(compare_words.text(res["comparison"])))
-    print(f"new run: {res['run']}; report: {Path(workdir) / 'RESULTS.md'}")
+    if res.comparison is not None:
+        print(console_lines(compare_words.text(res.comparison)))
+    print(f"new run: {res.run}; report: {Path(workdir) / 'RESULTS.md'}")
 
 
 @task(auto_shortflags=False, help={

@@ -164,6 +164,8 @@ def test_summary_shapes_are_the_schema_and_what_summarize_writes():
     assert len(runs) >= 7
     for run in runs:
         _fits(summarize(RunDir.open(run)), shapes.Summary, run.name)
+    for run in (runs[0], ROOT / "results" / "real-gemma3-270m-distribution"):
+        _fits(cmp.compare(run, run).as_dict(), shapes.CompareJson, f"compare.json of {run.name}")
     with pytest.raises(AssertionError, match=r"demo-cpu.cells\[0\]: \['speed'\]"):  # the check can fail
         s = summarize(RunDir.open(ROOT / "results" / "demo-cpu"))
         s["cells"][0]["speed"] = 1.0

@@ -93,7 +93,7 @@ def test_bundle_reproduce_compare(tmp_path, demo_image, models_dir):
     # Bob has the bundle alone, in a fresh folder
     bob = tmp_path / "bob"
     res = reproduce.reproduce(archive, bob, models_dir=models_dir, progress=False, log=lambda s: None)
-    c = res["comparison"]
+    c = res.comparison
     assert c.comparable and not [d for d in c.differences if not d.field.startswith("hardware")]
     assert len(c.rows) == 4
     # draft counts and outputs are deterministic in a fresh server: a true reproduction has the same fingerprint
@@ -107,7 +107,7 @@ def test_bundle_reproduce_compare(tmp_path, demo_image, models_dir):
     assert "## Comparison: alice (A) vs" in text and "speedup A" in text and "verdict:" in text
     saved = json.loads((bob / "compare.json").read_text())
     assert saved["a"]["run_id"] == "alice" and saved["call"] == c.call.value and saved["verdict"] == c.verdict
-    out = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", str(archive), res["run"]],
+    out = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", str(archive), str(res.run)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "verdict: " in out.stdout and "json-out" in out.stdout and "never judged" in out.stdout

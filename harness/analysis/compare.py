@@ -84,7 +84,7 @@ def _stats(meta: RunMeta, records: list[dict[str, Any]]) -> stats.RunStats:
     return stats.analyze(selection, {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)
 
 
-def _interval(iv: inf.Interval | None) -> dict[str, Any] | None:
+def _interval(iv: inf.Interval | None) -> shapes.ShortInterval | None:
     return None if iv is None or not iv.available else {"low": round(iv.low, 4), "high": round(iv.high, 4),
                                                         "n": iv.n}
 
@@ -189,7 +189,7 @@ class Comparison:
             out[self.row_call(r).value] = out.get(self.row_call(r).value, 0) + 1
         return out
 
-    def _row_dict(self, r: repro.Row) -> dict[str, Any]:
+    def _row_dict(self, r: repro.Row) -> shapes.ComparedCell:
         return {"host": r.host, "host_b": self.host_b.get(r.host), "strategy": r.strategy, "task": r.task,
                 "speedup_a": r.speedup_a, "interval_a": _interval(r.interval_a), "speedup_b": r.speedup_b,
                 "interval_b": _interval(r.interval_b), "ratio": r.ratio, "ratio_interval": _interval(r.interval),
@@ -199,7 +199,7 @@ class Comparison:
                 "tok_s_ratio": r.tok_s_ratio, "tok_s_ratio_note": "hardware- and state-dependent",
                 "tasks": list(r.tasks)}
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.CompareJson:
         """compare.json."""
         rep = self.reproduction
         worst = rep.worst

@@ -3,7 +3,7 @@
 summaries of the committed runs).
 
 The sampling study's table is here too (harness/analysis/lossless.py writes it, harness/report/lossless.py reads
-it), and so are the sweeps and serving curves, why a speedup is what it is, and the builds compared."""
+it), and so are the sweeps and serving curves, why a speedup is what it is, the builds compared, and compare.json."""
 
 from typing import Any, NotRequired, TypedDict
 
@@ -69,6 +69,17 @@ class Check(TypedDict):
     data: dict[str, Any] | None
 
 
+class DeviceUse(TypedDict):
+    """Where a cell's measurements ran (GPU backends): the devices, the layers offloaded, device memory."""
+
+    devices: list[str]
+    target_layers: str | None
+    draft_layers: str | None
+    device_mib: Described
+    runs: int
+    runs_without_device: int
+
+
 class CellSummary(TypedDict):
     """One (host, strategy, task) cell of a run's summary."""
 
@@ -105,7 +116,7 @@ class CellSummary(TypedDict):
     warnings: list[CellWarning]
     checks: dict[str, Check]
     server_mean_len: Described
-    device: NotRequired[dict[str, Any]]  # GPU backends: what the load lines said (`summary.device_use`)
+    device: NotRequired[DeviceUse]  # GPU backends
 
 
 class Missing(TypedDict):
@@ -779,6 +790,88 @@ class ParityJson(TypedDict):
     units: int
     p_differs: float | None
     differs: bool
+
+
+# ---------------------------------------------------------------- compare.json (harness/analysis/compare.py)
+
+
+class ShortInterval(TypedDict):
+    low: float
+    high: float
+    n: int
+
+
+class ComparedCell(TypedDict):
+    """A cell (task None: a strategy's geometric mean) of B against A."""
+
+    host: str
+    host_b: str | None
+    strategy: str
+    task: str | None
+    speedup_a: float | None
+    interval_a: ShortInterval | None
+    speedup_b: float | None
+    interval_b: ShortInterval | None
+    ratio: float | None
+    ratio_interval: ShortInterval | None
+    margin: float
+    verdict: str
+    rule: str
+    p_within: float | None
+    p_outside: float | None
+    p_adjusted: float | None
+    fingerprint: str
+    fingerprint_detail: str
+    tok_s_ratio: float | None
+    tok_s_ratio_note: str
+    tasks: list[str]
+
+
+class RunRefJson(TypedDict):
+    run_id: str
+    path: str
+    hosts: list[str]
+
+
+class DifferenceJson(TypedDict):
+    field: str
+    a: Any
+    b: Any
+    blocking: bool
+
+
+class Worst(TypedDict):
+    host: str
+    strategy: str
+    task: str | None
+    ratio: float | None
+    ratio_interval: ShortInterval | None
+
+
+class CompareJson(TypedDict):
+    """compare.json: run B judged against run A."""
+
+    a: RunRefJson
+    b: RunRefJson
+    differences: list[DifferenceJson]
+    comparable: bool
+    rows: list[ComparedCell]
+    geomeans: list[ComparedCell]
+    counts: dict[str, int]
+    call: str
+    verdict: str
+    margin: float
+    cell_margin: float
+    estimator: str
+    family: int
+    smallest_margin: float | None
+    cell_smallest_margin: float | None
+    rounds_needed: int | None
+    cell_rounds_needed: int | None
+    unresolved: int
+    torn_last_line: list[str]
+    worst: Worst | None
+    distribution: StudyComparison | None
 
 
 # ---------------------------------------------------------------- the run

@@ -161,7 +161,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
     return out
 
 
-def device_use(recs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+def device_use(recs: list[Mapping[str, Any]]) -> shapes.DeviceUse | None:
     """Where a cell's measurements ran (GPU backends: the server's load lines, harness/run/serverlog.py): the
     devices named, layers offloaded of the target's and of the drafter's (the commonest), device memory (MiB).
     None when no record carries device facts (a CPU run); "devices": [] when llama.cpp named none (it ran on the

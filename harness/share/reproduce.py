@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import KitError
 from harness.analysis import compare as cmp
@@ -27,15 +27,25 @@ from harness.share.bundle import open_bundle
 from harness.store.rundir import RunDir
 
 
+@dataclass(frozen=True)
+class Reproduction:
+    """What `reproduce` made: the new run folder, the original's (a bundle's run, else None) and the comparison
+    of the two (None without an original)."""
+
+    run: Path
+    original: Path | None
+    comparison: cmp.Comparison | None
+
+
 def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[str], None] = print,
               progress: bool = True, engines=None, trust_source: bool = False,
               margin: float = repro.REPRODUCE_MARGIN, until: bool = False, max_rounds: int | None = None,
-              cell_margin: float | None = None) -> dict[str, Any]:
+              cell_margin: float | None = None) -> Reproduction:
     """Run a bundle's (or a manifest's) matrix again here and compare with the original when there is one, each
     strategy's geometric mean of B/A against ±margin and each cell's against ±cell_margin (default twice the
     margin). With `until`, rounds are added here after the original's number, for the cells whose comparison is
     still unresolved (and their baselines), until the verdict is decided or `max_rounds`. The result's
-    "comparison" is a compare.Comparison (compare.json holds its `as_dict`).
+    `comparison` is a compare.Comparison (compare.json holds its `as_dict`).
 
     What arrives is untrusted: it is verified before anything is fetched, and a build source other than the
     official one is refused unless `trust_source`."""
@@ -69,15 +79,11 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
                      max_rounds=max_rounds, distribution=study)
     log(out)
     new = workdir / "results" / run_id
-    result: dict[str, Any] = {"run": str(new), "original": str(original) if original else None}
-    if original is not None:
-        comparison = cmp.compare(original, new, margin, cell_margin)
-        result["comparison"] = comparison
-        rp.write([new], workdir / "RESULTS.md", comparison=comparison)
+    comparison = cmp.compare(original, new, margin, cell_margin) if original is not None else None
+    rp.write([new], workdir / "RESULTS.md", comparison=comparison)
+    if comparison is not None:
         (workdir / "compare.json").write_text(json.dumps(comparison.as_dict(), indent=2) + "\n")
-    else:
-        rp.write([new], workdir / "RESULTS.md")
-    return result
+    return Reproduction(new, original, comparison)
 
 
 def fresh_folder(parent: Path, name: str) -> Path:
