@@ -19,6 +19,7 @@ from harness.analysis.reproduction import Call, Match
 from harness.analysis.summary import summarize
 from harness.report import compare as compare_words
 from harness.report import results as rp
+from harness.store import result
 from harness.store.buildrecord import BuildRecord
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -170,6 +171,31 @@ def test_summary_shapes_are_the_schema_and_what_summarize_writes():
         s = summarize(RunDir.open(ROOT / "results" / "demo-cpu"))
         s["cells"][0]["speed"] = 1.0
         _fits(s, shapes.Summary, "demo-cpu")
+
+
+def test_the_measurement_record_shape_is_the_schema_and_what_the_runs_hold():
+    """harness/store/result.py names the keys schemas/result.schema.json names, and every record of every committed
+    run (the demo's, the real model's, a sweep's, a reused server's, several builds') fits it."""
+    sch = json.loads((ROOT / "schemas" / "result.schema.json").read_text())
+    assert set(result.ResultRecord.__annotations__) == set(sch["properties"])
+    assert set(sch["required"]) <= result.ResultRecord.__required_keys__
+    for part, tp in (("failure", result.Failure), ("timing", result.Timing), ("client", result.ClientFigures),
+                     ("server", result.ServerFigures), ("output", result.Output), ("quiet", result.Quiet),
+                     ("interference", result.Interference), ("concurrency", result.Concurrency),
+                     ("slots", result.Slots), ("server_log", result.ServerLogFacts), ("device", result.DeviceLoad)):
+        assert set(sch["properties"][part]["properties"]) == set(tp.__annotations__), part
+    samples = json.loads((ROOT / "schemas" / "samples.schema.json").read_text())
+    assert set(result.BatchRecord.__annotations__) == set(samples["properties"])
+    assert set(samples["properties"]["samples"]["items"]["properties"]) == set(result.Sample.__annotations__)
+    seen, batches = 0, 0
+    for run in sorted(p.parent for p in (ROOT / "results").glob("*/run.json")):
+        for i, rec in enumerate(RunDir.open(run).measurements()):
+            _fits(rec, result.ResultRecord, f"{run.name} record {i}")
+            seen += 1
+        for i, rec in enumerate(RunDir.open(run).samples()):
+            _fits(rec, result.BatchRecord, f"{run.name} batch {i}")
+            batches += 1
+    assert seen > 500 and batches > 10
 
 
 def test_format_1_run_folder_is_read_through_its_upgrade(tmp_path):

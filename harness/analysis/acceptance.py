@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from harness.analysis import inference as inf
 from harness.analysis import shapes
 from harness.analysis.records import CellIndex, Measurement
+from harness.store import result
 from harness.store.runmeta import RunMeta
 
 # ---------------------------------------------------------------- by position
@@ -211,7 +212,7 @@ class Unit:
     strategy: str
 
 
-def build_of(meta: RunMeta, rec: dict[str, Any] | Any) -> str:
+def build_of(meta: RunMeta, rec: result.ResultRecord | Any) -> str:
     """A record's build: its own (a run over several builds names each record's), else its run's image's."""
     own = rec.get("build") if hasattr(rec, "get") else None
     if isinstance(own, str) and own:

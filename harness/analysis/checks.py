@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness import formatter as fm
+from harness.store import result
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def first_divergence(baseline_tokens: list[int], tokens: list[int]) -> int | Non
     return None
 
 
-def determinism(baseline: dict[str, Any], other: dict[str, Any], probs: dict[str, Any] | None) -> Check:
+def determinism(baseline: result.Output, other: result.Output, probs: result.Probs | None) -> Check:
     """Byte match of one strategy's output against the baseline's at temperature 0; where it diverges, the
     first divergent token, the baseline's top-2 logprob margin there and its rank among the narrowest."""
     same = baseline["sha256"] == other["sha256"]

@@ -17,6 +17,7 @@ from harness.analysis import inference as inf
 from harness.analysis import lossless, shapes, stats, tuning, words
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
+from harness.store import result
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
@@ -72,13 +73,13 @@ def host_pairs(hosts_a: list[str], hosts_b: list[str]) -> list[tuple[str, str]]:
     return [(h, h) for h in common] if common else list(zip(hosts_a, hosts_b, strict=False))
 
 
-def _relabel(records: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+def _relabel(records: list[result.ResultRecord], pairs: list[tuple[str, str]]) -> list[result.ResultRecord]:
     """B's records under A's host labels, so cells match host by host."""
     to_a = {hb: ha for ha, hb in pairs}
-    return [dict(r, host=to_a[r["host"]]) for r in records if r["host"] in to_a]
+    return [result.ResultRecord(**{**r, "host": to_a[r["host"]]}) for r in records if r["host"] in to_a]
 
 
-def _stats(meta: RunMeta, records: list[dict[str, Any]]) -> stats.RunStats:
+def _stats(meta: RunMeta, records: list[result.ResultRecord]) -> stats.RunStats:
     """A run's statistics as its report has them: the selection rounds (a sweep's confirmation rounds apart)."""
     selection, _ = tuning.split(meta, CellIndex(records))
     return stats.analyze(selection, {s.id: s.baseline for s in meta.planned_strategies()}, meta.protocol)

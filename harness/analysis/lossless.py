@@ -41,6 +41,7 @@ from scipy import stats as sps
 from harness.analysis import inference as inf
 from harness.analysis import shapes
 from harness.intake import spec_types
+from harness.store import result
 from harness.store.runmeta import StudyMeta
 
 ALPHA = inf.ALPHA
@@ -68,7 +69,7 @@ class Sample:
         return None if self.logprobs is None else float(sum(self.logprobs))
 
 
-def arm_samples(records: Sequence[Mapping[str, Any]], host: str, arm: str, task: str,
+def arm_samples(records: Sequence[result.BatchRecord], host: str, arm: str, task: str,
                 prompt: str) -> dict[int, Sample]:
     """One arm's samples on one prompt by seed, from its complete batches (a failed batch's samples are left out)."""
     out: dict[int, Sample] = {}
@@ -273,7 +274,7 @@ def two_sample(a: Sequence[Sample], b: Sequence[Sample], prefix: int, rng: np.ra
 # ---------------------------------------------------------------- the table
 
 
-def _rows(study: StudyMeta, records: Sequence[Mapping[str, Any]], host: str, task: str, prompt: str,
+def _rows(study: StudyMeta, records: Sequence[result.BatchRecord], host: str, task: str, prompt: str,
           args: Mapping[str, tuple[str, Sequence[str]]]) -> list[shapes.StudyRow]:
     """The rows of one prompt on one host before the family is judged: each strategy against its baseline, the
     baseline's A/A row and its control, for every baseline of the study."""
@@ -356,7 +357,7 @@ def _judge(rows: list[shapes.StudyRow]) -> int:
     return len(distinct)
 
 
-def summary(study: StudyMeta | None, records: Sequence[Mapping[str, Any]], hosts: Sequence[str],
+def summary(study: StudyMeta | None, records: Sequence[result.BatchRecord], hosts: Sequence[str],
             args: Mapping[str, tuple[str, Sequence[str]]]) -> shapes.StudySummary | None:
     """The study's table: per host, prompt and strategy the two stages, the A/A and control rows, judged as one
     family; None for a run without a sampling study. `args` gives each strategy's spec type and flags."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from harness.store import result
 
 #: Above this share of disturbed measurements on a host, they are kept (and said so) rather than left out.
 MAX_DISTURBED_SHARE = 0.5
@@ -48,10 +50,10 @@ class Measurement:
     accepted: int
     output_sha: str
     protocol: str
-    raw: Mapping[str, Any]
+    raw: result.ResultRecord
 
     @classmethod
-    def of(cls, r: Mapping[str, Any]) -> Measurement:
+    def of(cls, r: result.ResultRecord) -> Measurement:
         server = r.get("server") or {}
         rate = (r.get("client") or {}).get("decode_tok_s")
         return cls(
@@ -78,7 +80,7 @@ class Measurement:
 class CellIndex:
     """One run's measurements by cell, in execution order, and which of them count (see the module docstring)."""
 
-    def __init__(self, records: Iterable[Mapping[str, Any] | Measurement], exclude_disturbed: bool = True):
+    def __init__(self, records: Iterable[result.ResultRecord | Measurement], exclude_disturbed: bool = True):
         ms = [r if isinstance(r, Measurement) else Measurement.of(r) for r in records]
         self.measurements: list[Measurement] = sorted(ms, key=lambda m: m.order)
         self.busy: dict[str, tuple[int, int]] = busy_hosts(self.measurements)

@@ -12,13 +12,13 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from harness.analysis import contamination as ct
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
 from harness.analysis import stability as st
 from harness.analysis.records import CellIndex, CellKey
+from harness.store import result
 
 #: Others (and steal) using more than this many cores on average during the window disturb the measurement:
 #: a quarter of a core is well above what an idle host's daemons use, and llama-server keeps every thread busy.
@@ -68,7 +68,7 @@ def baseline_map(baseline: str | None | Baselines, strategies: Iterable[str]) ->
     return {s: None if s == baseline or baseline is None else baseline for s in strategies}
 
 
-def analyze(records: CellIndex | Iterable[Mapping[str, Any]], baseline: str | None | Baselines,
+def analyze(records: CellIndex | Iterable[result.ResultRecord], baseline: str | None | Baselines,
             protocol: str | None = None, band: float = sp.EQUIVALENCE_BAND) -> RunStats:
     """Statistics for every cell of a run (cells in first-seen order) and per host each strategy's geometric mean.
     `baseline`: the baseline's id, or each strategy's baseline."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 from harness import formatter as fm
@@ -22,6 +21,7 @@ from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Me
 from harness.analysis.speedups import Speedup
 from harness.models import passbytes
 from harness.schema import FORMAT_VERSIONS
+from harness.store import result
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
@@ -161,7 +161,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
     return out
 
 
-def device_use(recs: list[Mapping[str, Any]]) -> shapes.DeviceUse | None:
+def device_use(recs: list[result.ResultRecord]) -> shapes.DeviceUse | None:
     """Where a cell's measurements ran (GPU backends: the server's load lines, harness/run/serverlog.py): the
     devices named, layers offloaded of the target's and of the drafter's (the commonest), device memory (MiB).
     None when no record carries device facts (a CPU run); "devices": [] when llama.cpp named none (it ran on the
@@ -262,7 +262,7 @@ def _convergence(meta: RunMeta, index: CellIndex, baselines: dict[str, str | Non
                               for c in conv.cells if not c.converged]}
 
 
-def pass_bytes(meta: RunMeta, s: Any, ok: list[dict[str, Any]]) -> passbytes.PassBytes | None:
+def pass_bytes(meta: RunMeta, s: Any, ok: list[result.ResultRecord]) -> passbytes.PassBytes | None:
     """What one target pass of this cell read (harness/models/passbytes.py): the target's weights, the KV cache
     at the median decode depth, and the draft's weights times its steps per pass; None without header facts."""
     target = meta.models[s.model].reads if s.model in meta.models else None
@@ -293,7 +293,7 @@ def _geomean(g: Speedup) -> shapes.Geomean:
             "verdict": _verdict(g), "tasks": list(g.tasks), "left_out": list(g.left_out)}
 
 
-def _acceptance(ok: list[dict[str, Any]]) -> tuple[int, int, list[float | None]]:
+def _acceptance(ok: list[result.ResultRecord]) -> tuple[int, int, list[float | None]]:
     drafted = sum(r["server"]["draft_n"] for r in ok)
     accepted = sum(r["server"]["draft_n_accepted"] for r in ok)
     tpps = [checks.tokens_per_pass(r["server"]["predicted_n"] or 0, r["server"]["draft_n_accepted"]) for r in ok]
@@ -407,7 +407,7 @@ def _determinism(cells: list[shapes.CellSummary], index: CellIndex, host: str, m
         runs = [m.raw for m in index.of(CellKey(host, c["strategy"], c["task"])) if m.ok]
         if not base_ok or not runs:
             continue
-        refs: dict[str, dict[str, Any]] = {}
+        refs: dict[str, result.ResultRecord] = {}
         for r in base_ok:
             refs.setdefault(r["prompt"], r)
         if c["strategy"] == base:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
 
 from harness import formatter as fm
 from harness.analysis import serving, shapes, sweep
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import paired_logs
+from harness.store import result
 from harness.store.runmeta import RunMeta, StrategyMeta
 
 
@@ -96,7 +96,7 @@ def sweep_results(meta: RunMeta, index: CellIndex) -> list[sweep.SweepResult]:
     return out
 
 
-def sample(r: dict[str, Any], speculative: bool) -> serving.Sample:
+def sample(r: result.ResultRecord, speculative: bool) -> serving.Sample:
     """One record as a serving sample: N streams, aggregate and per-stream rates, latencies, and whether every slot
     speculated (GET /slots) and the streams drafted."""
     conc = r.get("concurrency")
@@ -141,7 +141,7 @@ def serving_results(meta: RunMeta, index: CellIndex) -> list[shapes.ServingJson]
     confirm_rounds = sorted({x.round for x in meta.plan.extra_rounds if x.confirms})
     out = []
     for host in meta.plan.hosts:
-        by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by: dict[str, list[result.ResultRecord]] = defaultdict(list)
         for key, ms in index.usable.items():
             if key.host == host:
                 by[key.strategy] += [m.raw for m in ms]

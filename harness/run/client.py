@@ -24,6 +24,7 @@ from harness import formatter as fm
 from harness.hosts.engine import Endpoint
 from harness.intake.manifest import Manifest, Task
 from harness.run.interference import Watched, Window
+from harness.store import result
 
 #: A llama-server answer larger than this is not one the kit asked for.
 MAX_RESPONSE_BYTES = 64 << 20
@@ -202,10 +203,10 @@ def percentiles(gaps: list[float]) -> dict[str, float | None]:
     return {"itl_p50_s": round(float(p50), 6), "itl_p99_s": round(float(p99), 6)}
 
 
-def token_probs(endpoint: Endpoint, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def token_probs(endpoint: Endpoint, body: dict[str, Any], timeout_s: float) -> result.Probs:
     """Untimed request with n_probs=2: per position the chosen token and the top-2 logprobs (baseline only)."""
     obj = post_json(endpoint, "/completion", body, timeout_s, "probs")
-    positions = []
+    positions: list[result.Position] = []
     for entry in obj.get("completion_probabilities", []):
         top = entry.get("top_logprobs") or []
         lp1 = top[0]["logprob"] if len(top) > 0 else entry.get("logprob")
@@ -221,7 +222,7 @@ def token_probs(endpoint: Endpoint, body: dict[str, Any], timeout_s: float) -> d
 
 
 def concurrent(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str,
-               n: int) -> tuple[StreamResult, dict[str, Any]]:
+               n: int) -> tuple[StreamResult, result.Concurrency]:
     """n identical streamed requests at once; stream 0's result and the aggregate figures."""
     results: list[StreamResult | None] = [None] * n
     errors: list[BaseException] = []
@@ -258,7 +259,7 @@ def concurrent(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str,
                      "draft_n_accepted": [int(t.get("draft_n_accepted", 0)) for t in timings]}
 
 
-def figures(res: StreamResult) -> dict[str, Any]:
+def figures(res: StreamResult) -> result.RequestPart:
     """The record's client, server and output parts from one streamed result."""
     timings = res.final.get("timings", {})
     decode_tok_s = res.decode_tok_s
@@ -280,7 +281,7 @@ def figures(res: StreamResult) -> dict[str, Any]:
 
 def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str, with_probs: bool,
                 parallel: int = 1, window: Callable[[], AbstractContextManager[Watched]] | None = None,
-                ) -> dict[str, Any]:
+                ) -> result.RequestPart:
     """The timed request (and for the baseline, the untimed probability request) against a ready server.
     With parallel > 1, that many identical requests run at once and the aggregate is recorded too. `window`
     wraps the timed request alone (the interference measurement); what it yields goes into `interference`."""

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
 
 from harness import KitError
 from harness import formatter as fm
@@ -25,7 +24,7 @@ from harness.formatter import console
 from harness.hosts.engine import Engine
 from harness.run.plan import Planned
 from harness.run.protocol import Context, MeasurementProtocol
-from harness.store import runmeta
+from harness.store import result, runmeta
 from harness.store.rundir import RunDir
 
 
@@ -75,7 +74,7 @@ class Progress:
             self.warned.add(key)
             self.say(f"warning ({engine.name}): {w['sentence']}")
 
-    def done(self, rec: dict[str, Any]) -> None:
+    def done(self, rec: result.ResultRecord) -> None:
         if rec["status"] == "failed":
             self.say(f"failed: {rec['measurement_id']}: {rec['failure']['reason']}")
         elif self.bar is None:
@@ -108,7 +107,7 @@ class Retakes:
         self.taken: set[str] = set()  # ids retaken (in a record's retake_of), or being retaken now
         self.lock = threading.Lock()
 
-    def note(self, rec: dict[str, Any]) -> None:
+    def note(self, rec: result.ResultRecord) -> None:
         """Learn from one record of the run (an old one read back, or a new one)."""
         with self.lock:
             self.records.append(Measurement.of(rec))
@@ -250,7 +249,7 @@ class Executor:
                 self.log(f"note: {e.name} did not answer; remove its leftovers later with `invoke clean --run-id "
                          f"{self.rd.run_id}{flag}`")
 
-    def _emit(self, rec: dict[str, Any], counts: dict[str, int], progress: Progress) -> None:
+    def _emit(self, rec: result.ResultRecord, counts: dict[str, int], progress: Progress) -> None:
         with self._lock:
             rec["order"] = next(self._order)
             self.rd.append(rec)

@@ -48,11 +48,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import TypeVar
 
 from harness import formatter as fm
 from harness.analysis.stats import DISTURBED_CORES
 from harness.hosts.engine import Engine
+from harness.store import result
 
 T = TypeVar("T")
 
@@ -80,13 +81,6 @@ class HostCpu:
     total: int  # everything, idle and iowait included
 
 
-class GpuApp(TypedDict):
-    """One compute process on the GPUs (nvidia-smi --query-compute-apps)."""
-
-    pid: int
-    used_memory_mib: float | None
-
-
 @dataclass(frozen=True)
 class Sample:
     """One edge of the window."""
@@ -98,7 +92,7 @@ class Sample:
     client_s: float | None  # this process's CPU time, when it runs on the engine's host
     freq_mhz: list[float] | None
     throttle_count: int | None
-    gpu_other_apps: list[GpuApp] | None  # compute processes on the GPUs that are not the container's
+    gpu_other_apps: list[result.GpuApp] | None  # compute processes on the GPUs that are not the container's
     gpu_util_pct: list[float] | None
     cost_s: float = 0.0  # how long taking this sample took
     costs: dict[str, float] = field(default_factory=dict)
@@ -152,9 +146,9 @@ def parse_freq_throttle(text: str) -> tuple[list[float] | None, int | None]:
     return (freqs or None), (sum(thr) if thr else None)
 
 
-def parse_gpu_apps(text: str) -> list[GpuApp]:
+def parse_gpu_apps(text: str) -> list[result.GpuApp]:
     """nvidia-smi --query-compute-apps=pid,used_memory rows."""
-    apps: list[GpuApp] = []
+    apps: list[result.GpuApp] = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and parts[0].isdigit():
@@ -205,7 +199,7 @@ def _container_usage(engine: Engine, container, caps: _HostCapabilities) -> tupl
     return (parsed[0], f"exec {parsed[1]}") if parsed else (None, None)
 
 
-def _gpu(engine: Engine, container, caps: _HostCapabilities) -> tuple[list[GpuApp] | None, list[float] | None]:
+def _gpu(engine: Engine, container, caps: _HostCapabilities) -> tuple[list[result.GpuApp] | None, list[float] | None]:
     if not caps.gpu:
         return None, None
     code, out = engine.run_host(_GPU_APPS, timeout=10)
@@ -279,17 +273,17 @@ class Window:
     container_source: str | None
     freq_mhz: dict[str, float] | None
     throttled: bool | None
-    gpu_other_apps: list[GpuApp] | None
+    gpu_other_apps: list[result.GpuApp] | None
     gpu_util_pct: dict[str, list[float]] | None
     disturbed: bool
     reasons: list[str]
     sample_cost_s: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> result.Interference:
+        return result.Interference(**asdict(self))
 
 
-def interference(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES) -> dict[str, Any]:
+def interference(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_CORES) -> result.Interference:
     """What other work did between two samples, and whether that disturbs the measurement (see the module)."""
     return figure(before, after, disturbed_cores).as_dict()
 
@@ -342,20 +336,6 @@ def figure(before: Sample, after: Sample, disturbed_cores: float = DISTURBED_COR
                   util, bool(reasons), reasons, r(before.cost_s + after.cost_s, 6))
 
 
-class _QuietWaitFigures(TypedDict):
-    bound_s: float
-    waited_s: float
-    windows: int
-    quiet: bool
-    others_cores: float | None
-
-
-class QuietWait(_QuietWaitFigures, total=False):
-    """What the record keeps as `quiet.wait` (see `wait_quiet`): the reasons only when the wait ended busy."""
-
-    reasons: list[str]
-
-
 @dataclass
 class Watched:
     """What `around` yields: the window, once the block has ended."""
@@ -376,7 +356,7 @@ def around(engine: Engine, container, client_on_host: bool | None = None) -> Ite
 
 
 def wait_quiet(engine: Engine, container, bound_s: float, client_on_host: bool | None = None,
-               window_s: float | None = None) -> QuietWait:
+               window_s: float | None = None) -> result.QuietWait:
     """Before a timed request, with the server ready and idle: look at the host over consecutive windows of
     QUIET_WINDOW_S (each end sample starts the next window) until a window would not count as disturbed, or
     `bound_s` has passed since the first look. Returns what the record keeps as `quiet.wait`."""
@@ -393,7 +373,7 @@ def wait_quiet(engine: Engine, container, bound_s: float, client_on_host: bool |
         if not fig.disturbed or time.monotonic() - t0 >= bound_s:
             break
     measured = fig.others_cores is not None
-    out = QuietWait(bound_s=bound_s, waited_s=round(time.monotonic() - t0, 3), windows=windows,
+    out = result.QuietWait(bound_s=bound_s, waited_s=round(time.monotonic() - t0, 3), windows=windows,
                     quiet=measured and not fig.disturbed, others_cores=fig.others_cores)
     if fig.disturbed:
         out["reasons"] = fig.reasons

@@ -23,8 +23,9 @@ from harness.run.client import MeasurementFailed, run_request
 from harness.run.plan import Planned
 from harness.run.server import Server, labels_for
 from harness.schema import FORMAT_VERSIONS
+from harness.store import result
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[result.ResultRecord], None]
 #: Log lines read after a request for the server's own statistics (printed at its end).
 SERVER_LOG_LINES = 200
 #: How long to wait for the acceptance line of a request whose draft calls are already in the log.
@@ -60,24 +61,25 @@ class Context:
 # ---------------------------------------------------------------- the record
 
 
-def new_record(ctx: Context, item: Planned, protocol: str) -> dict[str, Any]:
+def new_record(ctx: Context, item: Planned, protocol: str) -> result.ResultRecord:
     """The identity of a measurement: which cell, which run, where, how."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
-    rec = {"format_version": FORMAT_VERSIONS["result"], "run_id": ctx.run_id, "measurement_id": item.measurement_id,
-           "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": t.id, "prompt": p.id,
-           "run_index": item.run_index, "round": item.round, "order": 0, "host": item.host, "protocol": protocol,
-           "started_at": now_iso(), "status": "ok"}
+    rec: result.ResultRecord = {
+        "format_version": FORMAT_VERSIONS["result"], "run_id": ctx.run_id, "measurement_id": item.measurement_id,
+        "strategy": s.id, "spec_type": s.spec_type, "model": s.model, "task": t.id, "prompt": p.id,
+        "run_index": item.run_index, "round": item.round, "order": 0, "host": item.host, "protocol": protocol,
+        "started_at": now_iso(), "status": "ok"}  # wall_s follows when the measurement has ended
     if item.retake_of is not None:
         rec["retake_of"] = item.retake_of  # the disturbed record this one measures again; both are kept
     return rec
 
 
-def set_failure(rec: dict[str, Any], e: MeasurementFailed) -> None:
+def set_failure(rec: result.ResultRecord, e: MeasurementFailed) -> None:
     rec["status"] = "failed"
     rec["failure"] = {"phase": e.phase, "reason": e.reason, "log_tail": e.log_tail[-4000:]}
 
 
-def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
+def request_into(rec: result.ResultRecord, ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
     """The timed request against a ready server, its figures into the record (with the interference other work
     caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
@@ -94,7 +96,7 @@ def request_into(rec: dict[str, Any], ctx: Context, engine: Engine, server: Serv
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
 
 
-def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str, object]:
+def server_statistics(server: Server, item: Planned, seen: set[int]) -> result.ServerLogFacts:
     """What the server itself says of its drafting (read after the timed request): its acceptance line, per-type
     statistics, the speculative implementations it added with their parameters, and each draft call's accepted
     and drafted lengths (`draft_calls`) of the requests (server tasks) not in `seen`, which then holds them too."""
@@ -116,7 +118,7 @@ def server_statistics(server: Server, item: Planned, seen: set[int]) -> dict[str
     return out
 
 
-def device_use(ctx: Context, server: Server) -> serverlog.DeviceLoad | None:
+def device_use(ctx: Context, server: Server) -> result.DeviceLoad | None:
     """For a GPU backend, what the server's load lines say: the device each model went to, the layers offloaded,
     the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
     if not backends.get(ctx.backend).gpu:
@@ -124,8 +126,8 @@ def device_use(ctx: Context, server: Server) -> serverlog.DeviceLoad | None:
     return serverlog.devices(server.log(tail="all"))
 
 
-def quiet(ctx: Context, engine: Engine) -> dict[str, Any]:
-    q = environment.quiet_check(engine, ctx.run_id)
+def quiet(ctx: Context, engine: Engine) -> result.Quiet:
+    q = result.Quiet(**environment.quiet_check(engine, ctx.run_id))  # harness/hosts stays below the record
     for w in q["warnings"]:
         ctx.on_warning(engine, w)
     return q
@@ -185,7 +187,7 @@ class FreshContainer:
                 return
             emit(self.measure(ctx, engine, item))
 
-    def measure(self, ctx: Context, engine: Engine, item: Planned) -> dict[str, Any]:
+    def measure(self, ctx: Context, engine: Engine, item: Planned) -> result.ResultRecord:
         """One measurement in its own container; failures come back as status 'failed'."""
         t0 = time.monotonic()
         s, t = item.cell.strategy, item.cell.task

@@ -24,6 +24,7 @@ from harness.run.protocol import Context
 from harness.run.server import Server, labels_for
 from harness.run.study import BASELINE_CANDIDATES, Arm, Batch, Study
 from harness.schema import FORMAT_VERSIONS
+from harness.store import result
 from harness.store.rundir import RunDir
 
 
@@ -43,13 +44,13 @@ def _logprob(x: Any) -> float | None:
     return round(float(x), 5) if isinstance(x, int | float) and math.isfinite(x) else None
 
 
-def sample_of(answer: dict[str, Any], seed: int, arm: Arm) -> dict[str, Any]:
+def sample_of(answer: dict[str, Any], seed: int, arm: Arm) -> result.Sample:
     """One sample as recorded: its token ids, the server's drafts, and for a server that does not draft, the
     log-probability of each sampled token under the target (softmax of its logits, before the sampling chain) and
     for the baseline arm its top candidates per position."""
     timings = answer.get("timings") or {}
     tokens = [int(x) for x in answer.get("tokens") or [] if isinstance(x, int)]
-    out: dict[str, Any] = {"seed": seed, "tokens": tokens, "stop_type": answer.get("stop_type"),
+    out: result.Sample = {"seed": seed, "tokens": tokens, "stop_type": answer.get("stop_type"),
                            "draft_n": int(timings.get("draft_n", 0)),
                            "draft_n_accepted": int(timings.get("draft_n_accepted", 0))}
     if arm.n_probs:
@@ -63,7 +64,7 @@ def sample_of(answer: dict[str, Any], seed: int, arm: Arm) -> dict[str, Any]:
     return out
 
 
-def new_record(ctx: Context, batch: Batch, tokens: int) -> dict[str, Any]:
+def new_record(ctx: Context, batch: Batch, tokens: int) -> result.BatchRecord:
     a = batch.arm
     return {"format_version": FORMAT_VERSIONS["samples"], "run_id": ctx.run_id, "batch_id": batch.id,
             "host": batch.host, "arm": a.id, "role": a.role, "strategy": a.strategy.id,
@@ -73,7 +74,7 @@ def new_record(ctx: Context, batch: Batch, tokens: int) -> dict[str, Any]:
             "n_predict": tokens, "samples": []}
 
 
-def draw_batch(ctx: Context, engine: Engine, batch: Batch, tokens: int) -> dict[str, Any]:
+def draw_batch(ctx: Context, engine: Engine, batch: Batch, tokens: int) -> result.BatchRecord:
     """One batch on a fresh server: start, /health, one request per seed, remove. A failure is recorded with the
     samples drawn before it (the analysis uses complete batches only)."""
     t0 = time.monotonic()

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
+
+from harness.store import result
 
 _PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([DIWEO]) ")
 _ASSERT = re.compile(r"^(?:\S*/)?([\w.-]+\.(?:c|cc|cpp|cu|h|hpp)):(\d+): (.+)$")
@@ -108,14 +110,14 @@ def failure(lines: list[str]) -> tuple[str | None, str | None]:
     return generic, None
 
 
-def devices(log: str | bytes) -> DeviceLoad | None:
+def devices(log: str | bytes) -> result.DeviceLoad | None:
     """What the server's load lines say about devices (see the module docstring), or None when they name no device
     (a CPU build, or a log that lost its first lines).
 
     Returns {"models": [{"device", "description", "free_mib", "layers_offloaded", "layers", "buffers_mib"}...] in
     load order, "device_buffers_mib": {device: {kind: MiB}}, "device_mib": total MiB on devices}."""
     text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else log
-    models: list[LoadedModel] = []
+    models: list[result.LoadedModel] = []
     on_device: dict[str, dict[str, float]] = {}
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw)
@@ -141,46 +143,15 @@ def devices(log: str | bytes) -> DeviceLoad | None:
     return {"models": models, "device_buffers_mib": on_device, "device_mib": total}
 
 
-class DraftAcceptance(TypedDict):
-    """The server's `draft acceptance = ...` line."""
-
-    rate: float
-    accepted: int
-    generated: int
-    mean_len: float
-
-
-class LoadedModel(TypedDict):
-    """Where the load lines put one model: its device, the layers offloaded, its model buffers per device."""
-
-    device: str
-    description: str
-    free_mib: int
-    layers_offloaded: int | None
-    layers: int | None
-    buffers_mib: dict[str, float]
-
-
-class DeviceLoad(TypedDict):
-    """What `devices` reads: each model in load order, the buffers per device and kind, their total in MiB."""
-
-    models: list[LoadedModel]
-    device_buffers_mib: dict[str, dict[str, float]]
-    device_mib: float
-
-
-Counters = dict[str, int | float | list[float] | dict[str, float]]  # one implementation's `statistics` line
-
-
 @dataclass
 class ServerLog:
     """What one llama-server log says (see the module docstring for each field)."""
 
     failure: str | None = None
     failure_detail: str | None = None
-    draft_acceptance: DraftAcceptance | None = None
+    draft_acceptance: result.DraftAcceptance | None = None
     acc_per_pos: list[float] | None = None
-    statistics: dict[str, Counters] = field(default_factory=dict)  # per implementation
+    statistics: dict[str, result.Counters] = field(default_factory=dict)  # per implementation
     implementations: list[str] = field(default_factory=list)
     params: dict[str, float | int | str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -188,7 +159,7 @@ class ServerLog:
     calls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     task_accepted: dict[int, int] = field(default_factory=dict)
 
-    def speculation(self) -> dict[str, object]:
+    def speculation(self) -> result.ServerLogFacts:
         """The fields a measurement record keeps under `server_log` (schemas/result.schema.json)."""
         return {"draft_acceptance": self.draft_acceptance, "acc_per_pos": self.acc_per_pos,
                 "statistics": self.statistics, "implementations": self.implementations, "params": self.params}
@@ -245,9 +216,9 @@ def parse(log: str | bytes) -> ServerLog:
     return out
 
 
-def _statistics(g: tuple[str | Any, ...]) -> Counters:
+def _statistics(g: tuple[str | Any, ...]) -> result.Counters:
     """One implementation's `statistics` line (the groups of _STATS) as the record keeps it."""
-    s: Counters = {k: int(v) for k, v in zip(
+    s: result.Counters = {k: int(v) for k, v in zip(
         ("calls_begin", "calls_draft", "calls_accept", "gen_drafts", "acc_drafts", "gen_tokens", "acc_tokens"),
         g[1:8], strict=True)}
     if g[8] is not None:
@@ -270,7 +241,7 @@ def _call(calls: dict[int, list[tuple[int, int]]], replay: set[int], task: int, 
         calls.setdefault(task, []).append((accepted, drafted))
 
 
-def draft_calls(parsed: ServerLog, skip: set[int] | frozenset[int] = frozenset()) -> dict[str, int | list[int]] | None:
+def draft_calls(parsed: ServerLog, skip: set[int] | frozenset[int] = frozenset()) -> result.DraftCalls | None:
     """The draft calls of the parsed log's tasks (those in `skip` left out: a reused server's earlier requests) as
     histograms: `accepted[i]` calls accepted exactly i drafted tokens, `drafted[i]` calls drafted exactly i;
     `calls` in all. None when no call line was printed (LLAMA_TRACE unset, or nothing drafted), or when a task's

@@ -20,11 +20,11 @@ baseline or print one build's figures under another's."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from harness import KitError
 from harness import formatter as fm
 from harness.intake.builds import BUILD_PART
+from harness.store import result
 from harness.store.runmeta import MAX_MEASUREMENTS, AddedRound, RunMeta
 
 
@@ -184,7 +184,7 @@ def _study_problem(meta: RunMeta) -> str | None:
     return None
 
 
-def batch_problem(meta: RunMeta, rec: dict[str, Any], seen: set[str]) -> str | None:
+def batch_problem(meta: RunMeta, rec: result.BatchRecord, seen: set[str]) -> str | None:
     """Why one batch of samples.jsonl (its arm, prompt and host already known to the study) does not fit the plan,
     or None."""
     d = meta.plan.distribution
@@ -218,7 +218,7 @@ def batch_problem(meta: RunMeta, rec: dict[str, Any], seen: set[str]) -> str | N
     return None
 
 
-def check_samples(meta: RunMeta, records: Iterable[tuple[int, dict[str, Any]]], where: str) -> None:
+def check_samples(meta: RunMeta, records: Iterable[tuple[int, result.BatchRecord]], where: str) -> None:
     """Refuse, in one line naming the file and the line, the first batch (line number, record) that does not fit
     the run's sampling study."""
     seen: set[str] = set()
@@ -236,14 +236,14 @@ def check_plan(meta: RunMeta, where: str) -> None:
         raise KitError(f"{where}: {problem}; this run.json was not written by the kit as it stands")
 
 
-def record_id(meta: RunMeta, rec: dict[str, Any]) -> str:
+def record_id(meta: RunMeta, rec: result.ResultRecord) -> str:
     """The measurement id the plan gives a first take of this record's cell, prompt and round."""
     several = len(meta.task(rec["task"]).prompts) > 1
     return f"{rec['host']}/{rec['strategy']}/{rec['task']}" + (f"/{rec['prompt']}" if several else "") \
         + f"/{rec['round']}"
 
 
-def record_problem(meta: RunMeta, rec: dict[str, Any], seen: dict[str, dict[str, Any]],
+def record_problem(meta: RunMeta, rec: result.ResultRecord, seen: dict[str, result.ResultRecord],
                    retaken: set[str]) -> str | None:
     """Why one record (read after the records `seen`, by id) does not fit the plan, or None; `retaken` collects the
     first takes already retaken."""
@@ -278,7 +278,7 @@ def record_problem(meta: RunMeta, rec: dict[str, Any], seen: dict[str, dict[str,
     return _retake_problem(meta, rec, seen.get(first), retaken)
 
 
-def _retake_problem(meta: RunMeta, rec: dict[str, Any], first: dict[str, Any] | None,
+def _retake_problem(meta: RunMeta, rec: result.ResultRecord, first: result.ResultRecord | None,
                     retaken: set[str]) -> str | None:
     if first is None:
         return f"retake_of {rec['retake_of']!r} names no measurement recorded before it"
@@ -298,10 +298,10 @@ def _retake_problem(meta: RunMeta, rec: dict[str, Any], first: dict[str, Any] | 
     return None
 
 
-def check_records(meta: RunMeta, records: Iterable[tuple[int, dict[str, Any]]], where: str) -> None:
+def check_records(meta: RunMeta, records: Iterable[tuple[int, result.ResultRecord]], where: str) -> None:
     """Refuse, in one line naming the file and the line, the first record (line number, record) that does not
     fit the run's plan."""
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, result.ResultRecord] = {}
     retaken: set[str] = set()
     for n, rec in records:
         problem = record_problem(meta, rec, seen, retaken)

@@ -19,7 +19,7 @@ from typing import Any
 from harness import KitError, schema
 from harness import formatter as fm
 from harness.files import atomic_write_text
-from harness.store import plan_check
+from harness.store import plan_check, result
 from harness.store.runmeta import MAX_MEASUREMENTS, RunMeta
 
 RUN_FILE = "run.json"
@@ -151,17 +151,17 @@ class RunDir:
         return meta
 
     # -- measurements.jsonl
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: result.ResultRecord) -> None:
         """Validate one measurement and append it durably."""
         schema.check("result", record, f"{self.measurements_file} (new record {record.get('measurement_id')})")
         self._append(self.measurements_file, record)
 
-    def append_samples(self, record: dict[str, Any]) -> None:
+    def append_samples(self, record: result.BatchRecord) -> None:
         """Validate one batch of the sampling study and append it durably."""
         schema.check("samples", record, f"{self.samples_file} (new record {record.get('batch_id')})")
         self._append(self.samples_file, record)
 
-    def samples(self) -> list[dict[str, Any]]:
+    def samples(self) -> list[result.BatchRecord]:
         """The sampling study's batch records (none: []); a torn last line is skipped, any other bad line is an
         error naming it, as for the measurements."""
         records, numbers, _ = self._read_lines(self.samples_file, "samples")
@@ -169,7 +169,7 @@ class RunDir:
             self._check_study(records, numbers)
         return records
 
-    def _check_study(self, records: list[dict[str, Any]], line_numbers: list[int]) -> None:
+    def _check_study(self, records: list[result.BatchRecord], line_numbers: list[int]) -> None:
         """Every batch is of the study the run planned (an arm with its strategy and role, a prompt, a host): a
         record of anything else is one line naming it, never counted as samples."""
         meta = self.read_meta()
@@ -191,7 +191,7 @@ class RunDir:
         # batch ids, rounds, seeds and settings against the study's plan (harness/store/plan_check.py)
         plan_check.check_samples(meta, zip(line_numbers, records, strict=True), str(self.samples_file))
 
-    def _append(self, path: Path, record: dict[str, Any]) -> None:
+    def _append(self, path: Path, record: result.ResultRecord | result.BatchRecord) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         try:
             # O_NOFOLLOW: a link planted in a run folder from elsewhere is never written through
@@ -233,14 +233,14 @@ class RunDir:
             numbers.append(i + 1)
         return records, numbers, torn
 
-    def measurements(self) -> list[dict[str, Any]]:
+    def measurements(self) -> list[result.ResultRecord]:
         """All records in the current format; a torn last line (a crash mid-write) is skipped and noted in
         `torn_last_line`, any other bad line is an error naming it."""
         records, numbers, self.torn_last_line = self._read_lines(self.measurements_file, "result")
         self._check_planned(records, numbers)
         return records
 
-    def _check_planned(self, records: list[dict[str, Any]], line_numbers: list[int]) -> None:
+    def _check_planned(self, records: list[result.ResultRecord], line_numbers: list[int]) -> None:
         """Every record is of a cell the run planned (strategy with its spec type, task, prompt, host): a record of
         anything else (a forged or misplaced line) is one line, never counted as a measurement."""
         if not records or not self.run_file.is_file():
