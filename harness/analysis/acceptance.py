@@ -115,7 +115,7 @@ def positions(index: CellIndex, speculative: set[str]) -> dict[tuple[str, str, s
     return out
 
 
-def positions_dict(p: Positions) -> dict[str, Any]:
+def positions_dict(p: Positions) -> shapes.PositionCounts:
     """What summary.json keeps of per-position figures."""
     return {"calls": p.calls, "shares": [round(x, 4) for x in p.shares], "accepted_hist": p.accepted_hist,
             "requests": p.requests, "requests_without": p.without, "sources": sorted(p.sources),

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness import formatter as fm
+from harness.models import passbytes
 from harness.store import result
 
 
@@ -37,7 +38,7 @@ def tokens_per_pass(predicted_n: int, draft_n_accepted: int) -> float | None:
 
 
 def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes: float, baseline: bool,
-            bandwidth_source: str = "published", pass_bytes: dict[str, Any] | None = None,
+            bandwidth_source: str = "published", pass_bytes: passbytes.PassBytesJson | None = None,
             rule: str | None = None) -> Check:
     """Is a throughput possible? Implied target passes per second (tok/s over tokens per pass) above bandwidth /
     bytes per pass is not. `pass_bytes` (harness/models/passbytes.py: weights, KV at depth, draft) refines the bytes

@@ -379,11 +379,9 @@ class MeanLen(TypedDict):
     max: float | None
 
 
-class PositionFigures(TypedDict):
+class PositionCounts(TypedDict):
     """Acceptance by draft position (acceptance.py `Positions`)."""
 
-    host: str
-    strategy: str
     calls: int
     shares: list[float]
     accepted_hist: list[int]
@@ -391,6 +389,13 @@ class PositionFigures(TypedDict):
     requests_without: int
     sources: list[str]
     mean_len: MeanLen
+
+
+class PositionFigures(PositionCounts):
+    """A strategy's acceptance by draft position over its tasks."""
+
+    host: str
+    strategy: str
 
 
 class CellPositions(PositionFigures):

@@ -7,13 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from harness import DOCKER, LABEL_PREFIX, __version__
 from harness.image import backends, bases
 from harness.image.source import SourceTree
 from harness.intake.manifest import Manifest
 from harness.models import preflight
+from harness.store.buildrecord import PlanJson, Source
 
 DOCKERFILE = DOCKER / "Dockerfile"
 PROBE_DIR = DOCKER / "probe"
@@ -46,14 +46,14 @@ class BuildPlan:
     build_args: dict[str, str]
     labels: dict[str, str]
     tag: str
-    source: dict[str, Any]
+    source: Source
     dockerfile_sha256: str
     registry_free: bool = False
     notes: list[str] = field(default_factory=list)
     arch: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> PlanJson:
+        return PlanJson(**asdict(self))
 
 
 # ---------------------------------------------------------------- plan
@@ -132,9 +132,11 @@ def build_plan(manifest: Manifest, source: SourceTree, backend: str | None = Non
     if (source.path / "src").is_dir():  # read from the source itself: what its loader knows (the pre-flight checks it)
         labels[f"{LABEL_PREFIX}.spec-flavours"] = preflight.flavour_label(preflight.supported_flavours(source.path))
     notes += row.notes(manifest.build.cuda_architectures)
-    p = BuildPlan(backend, base_image, runtime_image, reason, flags, build_args, labels, tag,
-                  {"kind": source.kind, **source.identity, "build_number": source.build_number,
-                   "commit": source.commit}, recipe, registry_free, notes, arch)
+    # a git source's identity names its commit too: the tree's own is the one recorded
+    src: Source = {"kind": source.kind, **source.identity, "build_number": source.build_number,
+                   "commit": source.commit}
+    p = BuildPlan(backend, base_image, runtime_image, reason, flags, build_args, labels, tag, src, recipe,
+                  registry_free, notes, arch)
     # The whole plan rides on the image, so any engine's copy says what it is (harness/image/images.py reads it).
     p.labels[f"{LABEL_PREFIX}.plan"] = json.dumps({k: v for k, v in p.as_dict().items() if k != "labels"},
                                                   sort_keys=True)

@@ -17,7 +17,6 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import ROOT, KitError
 from harness.files import display_path, file_sha256
@@ -25,6 +24,7 @@ from harness.formatter import console
 from harness.intake.manifest import Manifest, SdistSource
 from harness.intake.urls import is_official_index, link_problem, open_link, redact_url
 from harness.store import archive
+from harness.store.buildrecord import SourceIdentity
 
 CACHE = ROOT / ".cache"
 #: The largest sdist the kit downloads (llama.cpp's is tens of MB) and the largest index page it reads.
@@ -40,7 +40,7 @@ class SourceTree:
 
     path: Path
     kind: str  # sdist | git | path
-    identity: dict[str, Any]  # what pins it: sdist sha256, git commit, or content hash
+    identity: SourceIdentity  # what pins it: sdist sha256, git commit, or content hash
     build_number: int
     commit: str
 
@@ -151,10 +151,10 @@ def _sdist_dir(sd: SdistSource) -> str:
     return "sdist-" + hashlib.sha256(json.dumps(sdist_key(sd), sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _sdist_identity(sd: SdistSource) -> dict[str, str]:
+def _sdist_identity(sd: SdistSource) -> SourceIdentity:
     """The image identity of an sdist source: the index only when it is not PyPI (so images of the official source
     keep their identity, and one from another index is never taken for it)."""
-    ident = {"package": sd.package, "version": sd.version, "sha256": sd.sha256}
+    ident = SourceIdentity(package=sd.package, version=sd.version, sha256=sd.sha256)
     if not is_official_index(sd.index_url):
         ident["index"] = redact_url(sd.index_url.strip().rstrip("/"))
     return ident

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from harness import formatter as fm
 from harness.intake import spec_types
@@ -102,6 +102,17 @@ def model_reads(facts: ModelFacts) -> ModelReads:
                       or head_dim)
 
 
+class PassBytesJson(TypedDict):
+    """What one target pass reads, as a physics check's data keeps it (bytes; depth in tokens)."""
+
+    weights: float
+    kv: float
+    draft: float
+    depth: float
+    draft_steps: float
+    total: float
+
+
 @dataclass(frozen=True)
 class PassBytes:
     weights: float
@@ -114,8 +125,8 @@ class PassBytes:
     def total(self) -> float:
         return self.weights + self.kv + self.draft
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total": self.total}
+    def as_dict(self) -> PassBytesJson:
+        return PassBytesJson(**asdict(self), total=self.total)
 
     def rule(self) -> str:
         """The rule with its figures, in words."""

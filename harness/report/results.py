@@ -412,7 +412,7 @@ def _determinism(v: View) -> str:
     return out
 
 
-def _family(fam: dict[str, Any]) -> str:
+def _family(fam: shapes.FamilyJson) -> str:
     """What the printed table's marks guarantee, with the family they were judged in, and what its rounds could
     mark."""
     if not fam["cells"]:

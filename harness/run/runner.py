@@ -9,7 +9,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from harness import LABEL_PREFIX, KitError
 from harness import formatter as fm
@@ -40,8 +40,16 @@ DEFAULT_MAX_ROUNDS = 20
 MAX_QUIET_WAIT_S = 3600
 
 
+class PlanChanges(TypedDict, total=False):
+    """What a resume's flags change in the run's plan (run.json's plan fields of the same names)."""
+
+    runs: int
+    retake_cap: int
+    quiet_wait_s: float
+
+
 def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | None, retakes: int | None,
-            quiet_wait: float | None) -> tuple[RunDir, runmeta.RunMeta, dict[str, Any]]:
+            quiet_wait: float | None) -> tuple[RunDir, runmeta.RunMeta, PlanChanges]:
     """The run folder to resume, its metadata, and what the flags change in its plan: more runs per cell (only
     where no round follows the planned ones), a new cap of retakes (those already made count against it), a new
     quiet wait. The changes are written to run.json when the run starts measuring."""
@@ -51,7 +59,7 @@ def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | N
         raise KitError(f"{display_path(manifest.path)} changed since run {rd.run_id} started (sha256 "
                        f"{manifest.sha256[:12]} vs {meta.manifest.sha256[:12]}); resume with the same manifest")
     p = meta.plan
-    changes: dict[str, Any] = {}
+    changes: PlanChanges = {}
     if runs is not None and runs != p.runs:
         if runs < p.runs:
             raise KitError(f"--runs {runs}: run {rd.run_id} planned {p.runs} runs per cell; a resume adds rounds, "
@@ -136,7 +144,7 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     task decided once whether it may (harness/intake/trust.py), before any engine was reached."""
     manifest = trusted.manifest
     meta = None
-    changes: dict[str, Any] = {}
+    changes: PlanChanges = {}
     _check_flags(until, retakes, quiet_wait)
     for flag, value, least in (("--runs", runs, 1), ("--seed", seed, 0), ("--max-rounds", max_rounds, 1),
                                ("--retakes", retakes, 0)):
@@ -232,7 +240,7 @@ def _check_flags(until: float | None, retakes: int | None, quiet_wait: float | N
         raise KitError(f"--quiet-wait: expected 0 to {MAX_QUIET_WAIT_S} seconds, got {fm.plain(quiet_wait)}")
 
 
-def _say_changes(rd: RunDir, meta: runmeta.RunMeta, changes: dict[str, Any], plan: Plan,
+def _say_changes(rd: RunDir, meta: runmeta.RunMeta, changes: PlanChanges, plan: Plan,
                  log: Callable[[str], None]) -> None:
     """A resume's flags into run.json (the plan's count too, where runs grew), each change said in one line."""
     plan_meta = dataclasses.replace(meta.plan, measurements=len(plan.items)) if "runs" in changes else meta.plan
@@ -319,9 +327,10 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
     build's image."""
     for e in engines:
         paths = paths_by_host[e.name]
-        cache: dict[str, Any] = {}
+        cache: dict[str, gguf_facts.ModelFacts] = {}
 
-        def facts_of(key: str, e: Engine = e, paths: dict[str, Path] = paths, cache: dict = cache):
+        def facts_of(key: str, e: Engine = e, paths: dict[str, Path] = paths,
+                     cache: dict[str, gguf_facts.ModelFacts] = cache) -> gguf_facts.ModelFacts:
             if key not in cache:
                 where = f"{e.name}:{paths[key]}" if e.name != "local" else str(paths[key])
                 cache[key] = gguf_facts.facts_from_reader(lambda n: e.read_head(paths[key], n), where)

@@ -19,6 +19,7 @@ from harness.intake import flags
 from harness.intake.manifest import Manifest, Strategy, Task
 from harness.run import serverlog
 from harness.run.client import MeasurementFailed, get_status
+from harness.store import result
 
 MODELS_MOUNT = "/models"
 #: GPU backends' servers log at trace level: llama.cpp's load lines (the device each model went to, layers
@@ -171,7 +172,7 @@ class Server:
         self.load_s = wait_ready(self.engine, self.container, self.endpoint, self.manifest.load_timeout_s)
         return self
 
-    def slot_facts(self) -> dict[str, Any] | None:
+    def slot_facts(self) -> result.Slots | None:
         """What the server says of its slots (untimed, after the request): the slot count (GET /props
         total_slots) and, per slot, whether it speculates (GET /slots `speculative`), with the per-slot context.
         The pinned build's /props says "none" for its speculative types even when speculation is on; /slots

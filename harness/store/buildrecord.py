@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from harness import schema
 from harness.files import atomic_write_text
@@ -19,6 +19,47 @@ from harness.files import atomic_write_text
 _ORDER = ("format_version", "tag", "image_id", "reused", "built_at", "build_seconds", "host", "server_version",
           "plan", "vulkan_checks", "cuda_checks")
 _OPTIONAL = ("vulkan_checks", "cuda_checks")
+
+
+class SourceIdentity(TypedDict, total=False):
+    """What pins a llama.cpp source: an sdist's package, version and sha256 (and index when not PyPI), a git
+    repository's ref and commit, or a local folder's path and content hash (harness/image/source.py)."""
+
+    package: str
+    version: str
+    sha256: str
+    index: str
+    repo: str
+    ref: str | None
+    commit: str
+    path: str
+    dirty: bool
+    content_sha256: str
+
+
+class Source(SourceIdentity):
+    """The source an image was built from: its kind, identity, build number and commit."""
+
+    kind: str  # sdist | git | path
+    build_number: int
+
+
+class PlanJson(TypedDict):
+    """The recipe's plan as the record keeps it (harness/image/recipe.py `BuildPlan`)."""
+
+    backend: str
+    base_image: str
+    runtime_image: str
+    base_reason: NotRequired[str]
+    cmake_args: list[str]
+    build_args: dict[str, str]
+    labels: dict[str, str]
+    tag: str
+    source: Source
+    dockerfile_sha256: NotRequired[str]
+    registry_free: NotRequired[bool]
+    notes: NotRequired[list[str]]
+    arch: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -30,7 +71,7 @@ class BuildRecord:
     server_version: str
     #: The recipe's plan (harness/image/recipe.py `Plan.as_dict`): backend, base and runtime images, CMake and
     #: build arguments, labels, tag and the llama.cpp source.
-    plan: dict[str, Any]
+    plan: PlanJson
     built_at: str | None = None
     build_seconds: float | None = None  # None when the image was found, not built
     vulkan_checks: dict[str, Any] | None = None  # the Vulkan image's check when it was built
@@ -42,9 +83,9 @@ class BuildRecord:
         return str(self.plan["backend"])
 
     @property
-    def source(self) -> dict[str, Any]:
+    def source(self) -> Source:
         """The llama.cpp source the image was built from (kind, build number, commit, ...)."""
-        return dict(self.plan.get("source") or {})
+        return Source(**(self.plan.get("source") or {}))
 
     def on(self, host: str) -> BuildRecord:
         """The same image found again on `host`."""
