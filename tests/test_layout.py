@@ -244,3 +244,26 @@ def test_one_alias_per_module_and_one_module_per_alias():
     assert len(by_name) > 30  # the check reads the imports it should
     assert {n: a for n, a in by_name.items() if len(a) > 1} == {}
     assert {a: n for a, n in by_alias.items() if len(n) > 1} == {}
+
+
+def test_typed_records_mark_optional_keys_where_python_reads_them():
+    """A TypedDict's NotRequired keys are optional only where its annotations are evaluated: under `from __future__
+    import annotations` Python 3.11 counts them as required, so such modules split required and optional keys
+    (total=False) instead. The typed records' tests compare required keys with the schemas."""
+    import importlib
+    import typing
+
+    offenders, checked = [], 0
+    for path in _modules():
+        text = path.read_text()
+        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        for name, obj in vars(module).items():
+            if typing.is_typeddict(obj) and obj.__module__ == module.__name__:
+                checked += 1
+                said = {k for k, v in obj.__annotations__.items() if "NotRequired[" in str(v)}
+                if said - obj.__optional_keys__:
+                    offenders.append(f"{path.relative_to(ROOT)}: {name} {sorted(said - obj.__optional_keys__)}")
+        if "from __future__ import annotations" in text and "NotRequired[" in text:
+            offenders.append(f"{path.relative_to(ROOT)}: NotRequired under postponed annotations")
+    assert checked > 60
+    assert offenders == []

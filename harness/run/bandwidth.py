@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from harness import LABEL_PREFIX, KitError
 from harness.files import now_iso, safe_name
@@ -19,12 +19,27 @@ from harness.intake.manifest import Manifest
 from harness.store.buildrecord import BuildRecord
 
 
+class _ProbeRecordRequired(TypedDict):
+    host: str
+    gbs: float
+    kind: str  # cpu-stream, cuda-copy, ggml-copy
+    measured_at: str
+    image: str
+    raw: dict[str, float | int | str]  # the probe program's own line
+
+
+class ProbeRecord(_ProbeRecordRequired, total=False):
+    """What `invoke probe` saves and a run reads back (run.json keeps it as `bandwidth`, runmeta.MeasuredBandwidth)."""
+
+    device: str  # the device llama.cpp's backend measured, where it says
+
+
 def _path(manifest_name: str, host: str) -> Path:
     return CACHE / "probe" / f"{manifest_name}-{safe_name(host)}.json"
 
 
 def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_mib: int | None = None,
-            repetitions: int | None = None, access: Access | None = None) -> dict[str, Any]:
+            repetitions: int | None = None, access: Access | None = None) -> ProbeRecord:
     """Run the probe in a container of `image` on the engine's host, with the devices a run's containers get
     (harness/hosts/devices.py); save and return its record."""
     row = backends.get(backend)
@@ -36,8 +51,7 @@ def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_m
     line = done.stdout.strip().splitlines()[-1]
     raw = json.loads(line)
     gbs = raw["triad_gbs"] if raw["kind"] == "cpu-stream" else raw["copy_gbs"]
-    record = {"host": engine.name, "gbs": gbs, "kind": raw["kind"], "measured_at": now_iso(), "image": image,
-              "raw": raw}
+    record = ProbeRecord(host=engine.name, gbs=gbs, kind=raw["kind"], measured_at=now_iso(), image=image, raw=raw)
     if raw.get("description"):  # the device llama.cpp's backend measured
         record["device"] = f"{raw['device']} ({raw['description']})"
     p = _path(manifest_name, engine.name)
@@ -46,7 +60,7 @@ def measure(engine: Engine, image: str, backend: str, manifest_name: str, size_m
     return record
 
 
-def probe_host(engine: Engine, manifest: Manifest, record: BuildRecord, size_mib: int | None = None) -> dict[str, Any]:
+def probe_host(engine: Engine, manifest: Manifest, record: BuildRecord, size_mib: int | None = None) -> ProbeRecord:
     """`invoke probe` on one host: the image of the build record, with the device a run would use (a GPU backend's
     devices set up as for a run: harness/hosts/devices.py)."""
     backend = record.backend
@@ -59,6 +73,6 @@ def probe_host(engine: Engine, manifest: Manifest, record: BuildRecord, size_mib
     return measure(engine, record.tag, backend, manifest.name, size_mib, access=acc)
 
 
-def latest(manifest_name: str, host: str) -> dict[str, Any] | None:
+def latest(manifest_name: str, host: str) -> ProbeRecord | None:
     p = _path(manifest_name, host)
     return json.loads(p.read_text()) if p.exists() else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 from harness import schema
 from harness.files import atomic_write_text
@@ -44,22 +44,25 @@ class Source(SourceIdentity):
     build_number: int
 
 
-class PlanJson(TypedDict):
-    """The recipe's plan as the record keeps it (harness/image/recipe.py `BuildPlan`)."""
-
+class _PlanJsonRequired(TypedDict):
     backend: str
     base_image: str
     runtime_image: str
-    base_reason: NotRequired[str]
     cmake_args: list[str]
     build_args: dict[str, str]
     labels: dict[str, str]
     tag: str
     source: Source
-    dockerfile_sha256: NotRequired[str]
-    registry_free: NotRequired[bool]
-    notes: NotRequired[list[str]]
-    arch: NotRequired[str]
+
+
+class PlanJson(_PlanJsonRequired, total=False):
+    """The recipe's plan as the record keeps it (harness/image/recipe.py `BuildPlan`)."""
+
+    base_reason: str
+    dockerfile_sha256: str
+    registry_free: bool
+    notes: list[str]
+    arch: str
 
 
 @dataclass(frozen=True)

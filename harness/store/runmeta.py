@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from harness import KitError, schema
 from harness.formatter import console
@@ -203,6 +203,26 @@ class ModelMeta:
                    ModelReads(**reads) if reads else None)
 
 
+class GpuFacts(TypedDict):
+    """A GPU as nvidia-smi reports it on the host."""
+
+    name: str
+    driver: str
+    memory_mib: float | None  # None on unified-memory parts (the GB10 says [N/A])
+    utilization_pct: float | None
+
+
+class _ImageFactsRequired(TypedDict):
+    tag: str
+    id: str | None
+
+
+class ImageFacts(_ImageFactsRequired, total=False):
+    """The image the run measured with, as the host's engine has it (id None: the engine did not have it)."""
+
+    labels: dict[str, str]
+
+
 @dataclass(frozen=True)
 class HostFacts:
     """One host as the run found it (harness/hosts/environment.py `facts`): machine, Docker engine, GPUs, the
@@ -220,12 +240,12 @@ class HostFacts:
     docker_api_version: str | None = None
     cgroup_version: str | None = None
     runtimes: list[str] = field(default_factory=list)
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # nvidia-smi's: name, driver, memory, utilisation
-    image: dict[str, Any] | None = None  # tag, id and labels of the image the run measured with
+    gpus: list[GpuFacts] = field(default_factory=list)
+    image: ImageFacts | None = None
     devices: dict[str, Any] | None = None  # a GPU backend's: the access, what the image saw, the chosen index
 
     def gpu_names(self) -> list[str]:
-        return [str(g.get("name")) for g in self.gpus]
+        return [str(g["name"]) for g in self.gpus]
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not (k in ("image", "devices") and v is None)}
