@@ -5,7 +5,7 @@ harness/hosts/devices.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 
 class DeviceRule(Protocol):
@@ -26,6 +26,17 @@ class DeviceRule(Protocol):
     def visible_env(self) -> str | None: ...
     @property
     def device_list(self) -> str | None: ...
+
+
+class AccessJson(TypedDict):
+    """What a container was given, as run.json keeps it."""
+
+    backend: str
+    gpu_request: bool
+    nodes: list[str]
+    groups: list[int]
+    environment: dict[str, str]
+    volumes: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,7 @@ class Access:
             env += ((self.visible_env, ",".join(map(str, index)) if isinstance(index, list) else str(index)),)
         return replace(self, environment=env)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AccessJson:
         return {"backend": self.backend, "gpu_request": self.gpu_request, "nodes": list(self.nodes),
                 "groups": list(self.groups), "environment": dict(self.environment),
                 "volumes": {v: path for v, path in self.volumes}}

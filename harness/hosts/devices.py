@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from harness import LABEL_PREFIX, KitError
 from harness import formatter as fm
-from harness.hosts.access import Access, DeviceRule
+from harness.hosts.access import Access, AccessJson, DeviceRule
 from harness.hosts.engine import Engine, EngineRefused, ImageMissing
 from harness.hosts.environment import nvidia_smi
 
@@ -96,6 +96,33 @@ def access(engine: Engine, backend: DeviceRule, image: str | None = None) -> Acc
 # ---------------------------------------------------------------- devices as the image sees them
 
 
+class DeviceJson(TypedDict):
+    """A device as run.json and build.json keep it (`Device`)."""
+
+    index: int
+    name: str
+    driver: str
+    kind: str
+    memory_bytes: int | None
+    unified: bool | None
+    software: str | None
+    api: str
+    extra: dict[str, str]
+
+
+class ListedDevice(DeviceJson):
+    line: str
+
+
+class SetupFacts(TypedDict):
+    """What run.json records of a host's devices for a GPU backend (environment.<host>.devices)."""
+
+    backend: str
+    access: AccessJson
+    chosen: int | None
+    devices: list[ListedDevice]
+
+
 @dataclass(frozen=True)
 class Device:
     """One device: the backend's index, what it is, and whether it shares memory with the CPU."""
@@ -108,7 +135,7 @@ class Device:
     unified: bool | None
     software: str | None = None  # the software device's name (Mesa lavapipe), None for hardware
     api: str = "vulkan"  # the list it comes from: vulkan | cuda (API_LABELS)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
 
     def line(self) -> str:
         """One line for a person: index, name, driver, memory, unified or not, software or not."""
@@ -119,8 +146,12 @@ class Device:
         label = API_LABELS.get(self.api, self.api)
         return f"{label} {self.index}: {self.name}, driver {self.driver}, {mem}, {shared}, {what}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> DeviceJson:
+        return DeviceJson(**asdict(self))
+
+    def listed(self) -> ListedDevice:
+        """The device as a record lists it: its fields and its line."""
+        return ListedDevice(**asdict(self), line=self.line())
 
 
 def parse_vulkan_devices(text: str) -> list[Device]:
@@ -200,10 +231,10 @@ class Setup:
     chosen: int | None  # the Vulkan index handed to llama.cpp; None: llama.cpp's own choice (the GPUs)
     problem: str | None  # why no device fits, or None
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> SetupFacts:
         """What run.json records of it (environment.<host>.devices), each device with its one line."""
         return {"backend": self.access.backend, "access": self.access.as_dict(), "chosen": self.chosen,
-                "devices": [{**d.as_dict(), "line": d.line()} for d in self.devices]}
+                "devices": [d.listed() for d in self.devices]}
 
 
 def setup(engine: Engine, backend: DeviceRule, image: str, software: bool = False) -> Setup:

@@ -26,7 +26,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import DOCKER, LABEL_PREFIX, KitError
 from harness import formatter as fm
@@ -176,19 +175,18 @@ def registry_answers(engine: Engine, image: str = DEBIAN_IMAGE, log: Callable[[s
     if engine.image(image) is not None:
         return True
     first = threading.Event()
-    outcome: dict[str, Any] = {}
+    errors: list[str] = []  # what the engine said when the pull failed
 
     def pull() -> None:
         try:
             for chunk in engine.pull(image):
                 if "error" in chunk or "errorDetail" in chunk:
-                    outcome["error"] = chunk.get("error") or chunk["errorDetail"].get("message", "")
+                    errors.append(str(chunk.get("error") or chunk["errorDetail"].get("message", "")))
                     break
                 first.set()
         except EngineRefused as e:
-            outcome["error"] = str(e)
+            errors.append(str(e))
         finally:
-            outcome["done"] = True
             first.set()
 
     log(f"base: asking the engine to pull {image} (waiting at most {fm.plain(answer_s)} s for the registry)")
@@ -198,8 +196,8 @@ def registry_answers(engine: Engine, image: str = DEBIAN_IMAGE, log: Callable[[s
         log(f"base: no registry answered within {fm.plain(answer_s)} s")
         return False  # the thread is left to the engine's own timeout
     worker.join()
-    if "error" in outcome:
-        log(f"base: {image} cannot be pulled ({str(outcome['error']).strip().splitlines()[0][:160]})")
+    if errors:
+        log(f"base: {image} cannot be pulled ({(errors[0].strip().splitlines() or [''])[0][:160]})")
         return False
     return engine.image(image) is not None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from harness import LABEL_PREFIX, KitError
 from harness import formatter as fm
@@ -29,6 +29,27 @@ echo "## libraries"
 find / -xdev \( -name 'libcu*.so*' -o -name 'libnv*.so*' \) -type f -exec stat -c '%s %n' {} + 2>/dev/null
 echo "## version"; llama-server --version 2>&1; echo "## exit $?"
 """
+
+
+class LinkageJson(TypedDict):
+    path: str
+    resolved: dict[str, str]
+    unresolved: list[str]
+
+
+class CudaChecks(TypedDict):
+    """The CUDA image's library check at build time (`CudaImageReport`)."""
+
+    image: str
+    size_bytes: int
+    labels: dict[str, str]
+    cuda_libraries: dict[str, int]
+    linkage: list[LinkageJson]
+    version_output: str
+    version_exit: int
+    problems: list[str]
+    ok: bool
+    driver_missing: bool
 
 
 @dataclass
@@ -61,8 +82,8 @@ class CudaImageReport:
     def driver_missing(self) -> bool:
         return missing_driver(self.version_output) is not None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok, "driver_missing": self.driver_missing}
+    def as_dict(self) -> CudaChecks:
+        return CudaChecks(**asdict(self), ok=self.ok, driver_missing=self.driver_missing)
 
     def lines(self) -> list[str]:
         """The report as a person reads it: one line per fact."""

@@ -6,8 +6,8 @@ Mesa brings lavapipe, a Vulkan device on the CPU."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TypedDict
 
 from harness import LABEL_PREFIX, KitError
 from harness.hosts import devices
@@ -17,6 +17,16 @@ from harness.image import backends
 #: One device in `llama-server --list-devices`: "  Vulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (24105 MiB, 24105 MiB
 #: free)"
 _LISTED = re.compile(r"^\s+(\w+\d+): (.+) \((\d+) MiB, (\d+) MiB free\)\s*$")
+
+
+class VulkanChecks(TypedDict):
+    """The Vulkan image's check at build time: the devices it sees and what llama-server lists."""
+
+    ok: bool
+    problems: list[str]
+    size_bytes: int
+    listed: list[str]
+    devices: list[devices.ListedDevice]
 
 
 @dataclass
@@ -34,10 +44,10 @@ class VulkanImageReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> VulkanChecks:
         """The build record's `vulkan_checks` (schemas/build.schema.json)."""
         return {"ok": self.ok, "problems": self.problems, "size_bytes": self.size_bytes, "listed": self.listed,
-                "devices": [{**asdict(d), "line": d.line()} for d in self.devices]}
+                "devices": [d.listed() for d in self.devices]}
 
     def lines(self) -> list[str]:
         """The report as a person reads it: one line per device and per problem."""

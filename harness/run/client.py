@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -43,6 +43,29 @@ class MeasurementFailed(Exception):
         self.interference = interference
 
 
+class _CompletionRequired(TypedDict):
+    prompt: str
+    n_predict: int
+    temperature: float
+    seed: int
+    cache_prompt: bool
+    stream: bool
+    return_tokens: bool
+
+
+class Completion(_CompletionRequired, total=False):
+    """A /completion body as the kit sends it (llama-server's API): no prompt cache, token ids returned."""
+
+    top_k: int
+    n_probs: int
+
+
+class Template(TypedDict):
+    """An /apply-template body: one user message."""
+
+    messages: list[dict[str, str]]
+
+
 def get_status(endpoint: Endpoint, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
     conn = endpoint.connection(timeout)
     try:
@@ -53,7 +76,7 @@ def get_status(endpoint: Endpoint, path: str, timeout: float = 2.0) -> tuple[int
         conn.close()
 
 
-def post_json(endpoint: Endpoint, path: str, body: dict[str, Any], timeout: float, phase: str) -> dict[str, Any]:
+def post_json(endpoint: Endpoint, path: str, body: Completion | Template, timeout: float, phase: str) -> dict[str, Any]:
     """POST a JSON body and return the JSON answer (not streamed)."""
     conn = endpoint.connection(timeout)
     try:
@@ -96,9 +119,9 @@ class StreamResult:
         return (n - 1) / self.decode_s if self.decode_s > 0 and n > 1 else None
 
 
-def request_body(manifest: Manifest, task: Task, prompt: str, *, stream: bool, n_probs: int = 0) -> dict[str, Any]:
+def request_body(manifest: Manifest, task: Task, prompt: str, *, stream: bool, n_probs: int = 0) -> Completion:
     """The /completion body: temperature and seed from the manifest, no prompt cache, token ids returned."""
-    body: dict[str, Any] = {
+    body: Completion = {
         "prompt": prompt,
         "n_predict": task.n_predict,
         "temperature": manifest.sampling.temperature,
@@ -126,7 +149,7 @@ def render_prompt(endpoint: Endpoint, manifest: Manifest, prompt: str) -> str:
     return rendered
 
 
-def stream_completion(endpoint: Endpoint, body: dict[str, Any], timeout_s: float) -> StreamResult:
+def stream_completion(endpoint: Endpoint, body: Completion, timeout_s: float) -> StreamResult:
     """POST a streamed /completion; timestamps are taken as chunks arrive."""
     payload = json.dumps(body).encode("utf-8")
     conn = endpoint.connection(timeout_s)
@@ -203,7 +226,7 @@ def percentiles(gaps: list[float]) -> dict[str, float | None]:
     return {"itl_p50_s": round(float(p50), 6), "itl_p99_s": round(float(p99), 6)}
 
 
-def token_probs(endpoint: Endpoint, body: dict[str, Any], timeout_s: float) -> result.Probs:
+def token_probs(endpoint: Endpoint, body: Completion, timeout_s: float) -> result.Probs:
     """Untimed request with n_probs=2: per position the chosen token and the top-2 logprobs (baseline only)."""
     obj = post_json(endpoint, "/completion", body, timeout_s, "probs")
     positions: list[result.Position] = []

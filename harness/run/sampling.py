@@ -18,7 +18,7 @@ from typing import Any
 from harness.files import now_iso
 from harness.formatter import console
 from harness.hosts.engine import Engine
-from harness.run.client import MeasurementFailed, post_json, render_prompt
+from harness.run.client import Completion, MeasurementFailed, post_json, render_prompt
 from harness.run.executor import sigterm_as_interrupt
 from harness.run.protocol import Context
 from harness.run.server import Server, labels_for
@@ -28,10 +28,10 @@ from harness.store import result
 from harness.store.rundir import RunDir
 
 
-def request_body(batch: Batch, prompt: str, seed: int, tokens: int) -> dict[str, Any]:
+def request_body(batch: Batch, prompt: str, seed: int, tokens: int) -> Completion:
     """One sample's /completion body: not streamed, no prompt cache, token ids returned."""
     a = batch.arm
-    body: dict[str, Any] = {"prompt": prompt, "n_predict": tokens, "temperature": a.temperature, "seed": seed,
+    body: Completion = {"prompt": prompt, "n_predict": tokens, "temperature": a.temperature, "seed": seed,
                             "cache_prompt": False, "stream": False, "return_tokens": True}
     if a.top_k is not None:
         body["top_k"] = a.top_k
