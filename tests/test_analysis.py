@@ -134,9 +134,18 @@ def _fits(value, tp, where: str) -> None:
     """`value` has the shape the annotation `tp` says: a TypedDict's required keys and no others, recursively
     through lists, str-keyed dicts and optional values; other annotations are not looked into."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (types.UnionType, typing.Union):
-        if value is not None:
-            _fits(value, next(a for a in args if a is not type(None)), where)
+    if origin in (types.UnionType, typing.Union):  # one of them (a check's data: the shape of its kind)
+        if value is None and type(None) in args:
+            return
+        errors = []
+        for member in args:
+            if member is type(None):
+                continue
+            try:
+                return _fits(value, member, where)
+            except AssertionError as e:
+                errors.append(e)
+        raise errors[0]
     elif typing.is_typeddict(tp):
         assert isinstance(value, dict), where
         assert set(value) <= set(tp.__annotations__), f"{where}: {sorted(set(value) - set(tp.__annotations__))}"

@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from harness import formatter as fm
+from harness.analysis import shapes
 from harness.models import passbytes
 from harness.store import result
 
@@ -20,10 +20,10 @@ class Check:
     check: str
     flagged: bool
     sentence: str
-    data: dict[str, Any]
+    data: shapes.PhysicsData | shapes.DeterminismData
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> shapes.Check:
+        return shapes.Check(**asdict(self))
 
 
 def roofline_passes_per_s(bandwidth_gbs: float, bytes_per_pass: float) -> float:
@@ -49,7 +49,7 @@ def physics(tok_s: float, tpp: float | None, bandwidth_gbs: float, weight_bytes:
     implied = tok_s / per_pass
     fraction = implied / ceiling
     rule = rule or f"{fm.num(weight_bytes / 1e6, 2)} MB of weights per target pass"
-    data = {"tok_s": tok_s, "tokens_per_pass": per_pass, "implied_passes_s": round(implied, 3),
+    data: shapes.PhysicsData = {"tok_s": tok_s, "tokens_per_pass": per_pass, "implied_passes_s": round(implied, 3),
             "ceiling_passes_s": round(ceiling, 3), "fraction": round(fraction, 4), "bandwidth_gbs": bandwidth_gbs,
             "bandwidth_source": bandwidth_source, "weight_bytes": weight_bytes, "bytes_per_pass": round(total),
             "pass_bytes": pass_bytes, "rule": rule}
@@ -83,7 +83,7 @@ def determinism(baseline: result.Output, other: result.Output, probs: result.Pro
     """Byte match of one strategy's output against the baseline's at temperature 0; where it diverges, the
     first divergent token, the baseline's top-2 logprob margin there and its rank among the narrowest."""
     same = baseline["sha256"] == other["sha256"]
-    data: dict[str, Any] = {"identical": same}
+    data: shapes.DeterminismData = {"identical": same}
     if same:
         return Check("determinism", False, "byte-identical to the baseline", data)
     idx = first_divergence(baseline.get("tokens") or [], other.get("tokens") or [])

@@ -15,15 +15,15 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from harness import formatter as fm
 from harness.analysis import inference as inf
+from harness.analysis import shapes
 from harness.analysis.records import CellIndex, CellKey, Measurement
 
 #: Kendall's tau p-value (Holm-adjusted over the run's units) below which a trend in execution order is real.
@@ -185,7 +185,7 @@ class Fingerprint:
         """1-based run number where the output first differs from run 1's."""
         return next((i + 1 for i, h in enumerate(self.outputs) if h != self.outputs[0]), None)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> shapes.FingerprintJson:
         return {"drafts": [list(d) for d in self.drafts], "outputs": list(self.outputs),
                 "identical": self.identical, "output_changed_at": self.output_changed_at()}
 
@@ -223,7 +223,7 @@ class Contamination:
     noise_p: float | None = None  # Holm-adjusted p of "as noisy as the run"
     trend_p: float | None = None  # Holm-adjusted p of "no trend"
     family: int = 0
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: shapes.ContaminationEvidence | None = None
 
     @property
     def flagged(self) -> bool:
@@ -254,7 +254,7 @@ def judge(index: CellIndex, protocol: str | None = None) -> dict[CellKey, Contam
         pts, tr = series[u], trends[u]
         norm = [p.normalised for p in pts]
         cv = float(sps.variation(norm, ddof=1)) if len(norm) >= 2 else None
-        evidence = {"protocol": proto, "fingerprint": fp.as_dict(),
+        evidence: shapes.ContaminationEvidence = {"protocol": proto, "fingerprint": fp.as_dict(),
                     "acceptance": [None if a is None else round(a, 4) for a in acceptance(fp.drafts)],
                     "series": [round(p.tok_s, 3) for p in pts], "normalised": [round(x, 3) for x in norm],
                     "round_factors": [round(p.factor, 4) for p in pts], "order": [p.order for p in pts],

@@ -7,6 +7,9 @@ it), and so are the sweeps and serving curves, why a speedup is what it is, the 
 
 from typing import Any, NotRequired, TypedDict
 
+from harness.models.passbytes import PassBytesJson
+from harness.store.runmeta import HardwareJson
+
 
 class Described(TypedDict):
     """A list of figures described (`summary.describe`): the schema's `stats`."""
@@ -52,21 +55,138 @@ class Failure(TypedDict):
     reason: str
 
 
+class DisturbedEvidence(TypedDict):
+    """Other work disturbed some of a cell's runs: which, whether the host was kept busy, what was retaken."""
+
+    runs: list[int]
+    kept: bool
+    busy: list[str] | None
+    retaken: int
+    others_cores: list[float | None]
+
+
+class FewRoundsEvidence(TypedDict):
+    rounds: int
+    needed: int
+
+
+class DispersionEvidence(TypedDict):
+    cv: float
+    normalised_cv: float
+    runs: int
+    series: list[float]
+
+
+class OutlierEvidence(TypedDict):
+    """A run (the first, or another) far from the unit's other runs, against the host's pooled noise."""
+
+    run: int
+    order: int
+    tok_s: float
+    deviation: float
+    z: float | None
+    pooled_sd: float
+    series: list[float]
+
+
+#: What a stability warning rests on, by its kind (harness/analysis/stability.py).
+Evidence = DisturbedEvidence | FewRoundsEvidence | DispersionEvidence | OutlierEvidence
+
+
 class CellWarning(TypedDict):
     """A warning on a cell (`stats.Warning`): its kind, the sentence and the figures behind it."""
 
     kind: str
     sentence: str
-    evidence: dict[str, Any]
+    evidence: Evidence
+
+
+class FingerprintJson(TypedDict):
+    """What must not change between identical requests at temperature 0: draft counts and output hashes."""
+
+    drafts: list[list[int]]
+    outputs: list[str]
+    identical: bool
+    output_changed_at: int | None
+
+
+class TrendJson(TypedDict):
+    n: int
+    tau: float | None
+    p: float | None
+    change: float | None
+    noise: float | None
+    testable: bool
+    p_holm: float | None
+
+
+class ContaminationEvidence(TypedDict):
+    """What a unit's contamination verdict rests on (harness/analysis/contamination.py)."""
+
+    protocol: str
+    fingerprint: FingerprintJson
+    acceptance: list[float | None]
+    series: list[float]
+    normalised: list[float]
+    round_factors: list[float]
+    order: list[int]
+    normalised_cv: float | None
+    trend: TrendJson
+    noise_p_holm: float | None
+    family: int
+    prompt: NotRequired[str]
+
+
+class ContaminationData(ContaminationEvidence):
+    kind: str
+
+
+class PhysicsData(TypedDict):
+    """The roofline check's figures: implied target passes per second against what the bandwidth allows."""
+
+    tok_s: float
+    tokens_per_pass: float
+    implied_passes_s: float
+    ceiling_passes_s: float
+    fraction: float
+    bandwidth_gbs: float
+    bandwidth_source: str
+    weight_bytes: float
+    bytes_per_pass: int
+    pass_bytes: PassBytesJson | None
+    rule: str
+
+
+class DeterminismData(TypedDict):
+    """Byte match against the baseline; where it diverges, the token and the baseline's margin there."""
+
+    identical: bool
+    first_divergent_token: NotRequired[int | None]
+    baseline_token: NotRequired[str | None]
+    other_token_id: NotRequired[int | None]
+    margin: NotRequired[float]
+    margin_rank: NotRequired[int | None]
+    positions: NotRequired[int]
+    runs_identical: NotRequired[int]  # a cell's runs
+    runs: NotRequired[int]
+    baseline: NotRequired[str]
+
+
+class SpeculationData(TypedDict):
+    """Whether a speculative strategy's server drafted at all."""
+
+    drafted: int
+    runs: int
+    implementations: list[str]
 
 
 class Check(TypedDict):
-    """One check's outcome on a cell (contamination, physics, determinism)."""
+    """One check's outcome on a cell (contamination, physics, determinism, speculation)."""
 
     check: str
     flagged: bool
     sentence: str
-    data: dict[str, Any] | None
+    data: ContaminationData | PhysicsData | DeterminismData | SpeculationData
 
 
 class DeviceUse(TypedDict):
@@ -890,7 +1010,7 @@ class Summary(TypedDict):
     status: str
     protocol: str
     manifest: ManifestRef
-    hardware: dict[str, Any]  # the manifest's hardware with what the run found (RunMeta.hardware_json)
+    hardware: HardwareJson
     baseline: str | None
     strategies: list[StrategyRef]
     tasks: list[str]

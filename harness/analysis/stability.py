@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from scipy import stats as sps
 
+from harness.analysis import shapes
 from harness.analysis.contamination import Point, Unit
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import MIN_ROUNDS
@@ -47,7 +47,7 @@ class StabilityWarning:
     kind: WarningKind
     key: CellKey
     prompt: str | None
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: shapes.Evidence
 
 
 def _loo_residuals(points: Sequence[Point]) -> list[float]:
@@ -67,7 +67,7 @@ def warnings(index: CellIndex, unit: Unit, series: Mapping[Unit, list[Point]], p
              scale: float | None) -> list[StabilityWarning]:
     """The warnings of one unit (`paired_rounds`: the cell's paired rounds when it has a baseline; `scale`: the
     host's `pooled_noise`)."""
-    def warn(kind: WarningKind, evidence: dict[str, Any]) -> StabilityWarning:
+    def warn(kind: WarningKind, evidence: shapes.Evidence) -> StabilityWarning:
         return StabilityWarning(kind, unit.key, unit.prompt, evidence)
 
     out: list[StabilityWarning] = []

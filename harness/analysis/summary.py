@@ -359,8 +359,8 @@ def _speculation(cells: list[shapes.CellSummary], index: CellIndex, meta: RunMet
                         f"speculation did not run: draft_n absent in all {len(ok)} runs of every task "
                         f"(--spec-type {s.spec_type}; the server added "
                         + (", ".join(impls) if impls else "no speculative implementation") + ")")
-            check = {"check": "speculation", "flagged": not drafted, "sentence": sentence,
-                     "data": {"drafted": drafted, "runs": len(ok), "implementations": impls}}
+            check: shapes.Check = {"check": "speculation", "flagged": not drafted, "sentence": sentence,
+                                   "data": {"drafted": drafted, "runs": len(ok), "implementations": impls}}
             for c in cells:
                 if c["host"] == host and c["strategy"] == s.id:
                     c["checks"]["speculation"] = check

@@ -5,7 +5,6 @@ written once at the start. harness/store/runmeta.py reads it back for every late
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from harness import KitError, __version__
 from harness.files import file_sha256, now_iso, recorded_path
@@ -18,6 +17,7 @@ from harness.store.runmeta import (
     ManifestMeta,
     MeasuredBandwidth,
     ModelMeta,
+    ModelSource,
     PlanMeta,
     PromptMeta,
     RunMeta,
@@ -29,7 +29,7 @@ from harness.store.runmeta import (
 
 def model_facts(model: ModelFile, path: Path) -> ModelMeta:
     """What run.json records of a model file: name, hash, size, where it came from (never a local path)."""
-    src: dict[str, Any]
+    src: ModelSource
     if model.hf:
         src = {"hf": {"repo": model.hf.repo, "file": model.hf.file, "revision": model.hf.revision}}
     elif model.generate:

@@ -184,6 +184,34 @@ class ManifestMeta:
     text: str
 
 
+class HubFile(TypedDict):
+    repo: str
+    file: str
+    revision: str | None
+
+
+class ModelSource(TypedDict, total=False):
+    """Where a model file came from: one of a Hugging Face file, the kit's generator (its kind, seed and shape
+    keywords) or the manifest's own file name."""
+
+    hf: HubFile
+    generate: dict[str, int | float | str | None]
+    file: str
+
+
+class _HardwareRequired(TypedDict):
+    name: str
+    memory_bandwidth_gbs: float
+    bandwidth_source: str
+    memory_gb: float | None
+
+
+class HardwareJson(_HardwareRequired, total=False):
+    """The manifest's hardware as run.json and summary.json keep it (software_device only where it is set)."""
+
+    software_device: bool
+
+
 @dataclass(frozen=True)
 class ModelMeta:
     """A model file as run.json records it: name, hash, size, where it came from (never a local path) and what one
@@ -193,7 +221,7 @@ class ModelMeta:
     sha256: str
     size_bytes: int
     quantization: str | None = None
-    source: dict[str, Any] = field(default_factory=dict)  # {"hf": ...}, {"generate": ...} or {"file": ...}
+    source: ModelSource = field(default_factory=lambda: ModelSource())
     reads: ModelReads | None = None
 
     @classmethod
@@ -327,9 +355,9 @@ class RunMeta:
         return [s.id for s in self.planned_strategies() if not s.speculative]
 
     # -- the file
-    def hardware_json(self) -> dict[str, Any]:
+    def hardware_json(self) -> HardwareJson:
         """The hardware record as run.json and summary.json hold it."""
-        out = asdict(self.hardware)
+        out = HardwareJson(**asdict(self.hardware))
         if not self.hardware.software_device:  # a run on a real device keeps the file it always had
             del out["software_device"]
         return out
