@@ -21,13 +21,15 @@ from harness import formatter as fm
 FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 3, "build": 1, "bundle": 1,
                                   "samples": 1}
 
-#: (name, old version) -> a function that returns the object in the next version.
-_UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+#: An upgrade: a file's object in one version -> the same object in the next.
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+#: (name, old version) -> its upgrade.
+_UPGRADES: dict[tuple[str, int], Upgrade] = {}
 
 
 def upgrade(name: str, version: int) -> Callable:
     """Register the upgrade of `name` files from `version` to `version + 1`."""
-    def register(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def register(fn: Upgrade) -> Upgrade:
         _UPGRADES[(name, version)] = fn
         return fn
     return register

@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TypedDict
 
 from harness import ROOT, KitError
 from harness.files import file_sha256, now_iso, sha256_bytes
@@ -32,6 +32,16 @@ from harness.store.runmeta import RunMeta
 
 INDEX = "bundle.json"
 MAX_INDEX_BYTES = 1 << 20
+
+
+class BundleIndex(TypedDict):
+    """bundle.json: the run, when it was bundled, its manifest and every file with its sha256."""
+
+    format_version: int
+    run_id: str
+    created_at: str
+    manifest: str  # a listed file under manifest/
+    files: dict[str, str]  # name -> sha256
 
 
 def _manifest_folder(meta: RunMeta, hint: Path | None) -> Path:
@@ -81,8 +91,9 @@ def make(run_dir: Path, out: Path | None = None, manifest_dir: Path | None = Non
         files[f"run/{fname}"] = (rd.path / fname).read_bytes() if (rd.path / fname).is_file() else b""
     if rd.samples():  # schema-checks every batch
         files[f"run/{SAMPLES_FILE}"] = rd.samples_file.read_bytes()
-    index = {"format_version": FORMAT_VERSIONS["bundle"], "run_id": rd.run_id, "created_at": now_iso(),
-             "manifest": next(iter(files)), "files": {k: sha256_bytes(v) for k, v in files.items()}}
+    index: BundleIndex = {"format_version": FORMAT_VERSIONS["bundle"], "run_id": rd.run_id,
+                          "created_at": now_iso(), "manifest": next(iter(files)),
+                          "files": {k: sha256_bytes(v) for k, v in files.items()}}
     out = Path(out or f"{rd.run_id}.bundle.tar.gz")
     with tarfile.open(out, "w:gz") as tf:
         for fname, data in [(INDEX, json.dumps(index, indent=2).encode()), *files.items()]:
@@ -94,7 +105,7 @@ def make(run_dir: Path, out: Path | None = None, manifest_dir: Path | None = Non
     return out
 
 
-def _read_index(path: Path, root: Path) -> dict[str, Any]:
+def _read_index(path: Path, root: Path) -> BundleIndex:
     f = root / INDEX
     if not f.is_file() or f.stat().st_size > MAX_INDEX_BYTES:
         raise KitError(f"{path}: not a specbench bundle (no {INDEX})")
@@ -114,7 +125,7 @@ def _read_index(path: Path, root: Path) -> dict[str, Any]:
     return index
 
 
-def _verify(path: Path, root: Path, extracted: list[PurePosixPath]) -> dict[str, Any]:
+def _verify(path: Path, root: Path, extracted: list[PurePosixPath]) -> BundleIndex:
     """The bundle holds exactly the files its index lists, each with the listed sha256."""
     index = _read_index(path, root)
     listed = set(index["files"])
