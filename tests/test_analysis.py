@@ -14,12 +14,11 @@ import pytest
 
 from harness import ROOT, KitError, schema
 from harness.analysis import compare as cmp
-from harness.analysis import shapes
 from harness.analysis.reproduction import Call, Match
 from harness.analysis.summary import summarize
 from harness.report import compare as compare_words
 from harness.report import results as rp
-from harness.store import result
+from harness.store import result, shapes
 from harness.store.buildrecord import BuildRecord
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
@@ -162,7 +161,7 @@ def _fits(value, tp, where: str) -> None:
 
 
 def test_summary_shapes_are_the_schema_and_what_summarize_writes():
-    """harness/analysis/shapes.py names the keys the schema names, and every committed run's summary fits it."""
+    """harness/store/shapes.py names the keys the schema names, and every committed run's summary fits it."""
     sch = json.loads((ROOT / "schemas" / "summary.schema.json").read_text())
     assert set(shapes.Summary.__annotations__) == set(sch["properties"])
     assert set(sch["required"]) <= shapes.Summary.__required_keys__

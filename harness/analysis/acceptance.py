@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from harness.analysis import inference as inf
-from harness.analysis import shapes
 from harness.analysis.records import CellIndex, Measurement
-from harness.store import result
+from harness.store import result, shapes
 from harness.store.runmeta import RunMeta
 
 # ---------------------------------------------------------------- by position

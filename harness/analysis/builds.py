@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness import formatter as fm
-from harness.analysis import checks, shapes, words
+from harness.analysis import checks, words
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.intake.builds import across
+from harness.store import shapes
 from harness.store.buildrecord import BuildRecord
 from harness.store.runmeta import RunMeta, StrategyMeta
 

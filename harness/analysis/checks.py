@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from harness import formatter as fm
-from harness.analysis import shapes
 from harness.models import passbytes
-from harness.store import result
+from harness.store import result, shapes
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.analysis import inference as inf
-from harness.analysis import lossless, shapes, stats, tuning, words
+from harness.analysis import lossless, stats, tuning, words
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
-from harness.store import result
+from harness.store import result, shapes
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 

@@ -16,10 +16,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from harness import KitError
-from harness.analysis import gaps, shapes
+from harness.analysis import gaps
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import MIN_ROUNDS, paired_logs
 from harness.intake.bounded_yaml import parse_yaml
+from harness.store import shapes
 from harness.store.runmeta import RunMeta
 
 #: The quiet wait the command suggests where other work ran during what it retakes.

@@ -23,8 +23,8 @@ from scipy import stats as sps
 
 from harness import formatter as fm
 from harness.analysis import inference as inf
-from harness.analysis import shapes
 from harness.analysis.records import CellIndex, CellKey, Measurement
+from harness.store import shapes
 
 #: Kendall's tau p-value (Holm-adjusted over the run's units) below which a trend in execution order is real.
 TREND_P = 0.05

@@ -31,10 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.analysis import checks, shapes
+from harness.analysis import checks
 from harness.analysis import inference as inf
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.analysis.speedups import MIN_ROUNDS, SpeedupTable
+from harness.store import shapes
 
 
 class Cause(StrEnum):

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 
 from harness.analysis import acceptance as acc
 from harness.analysis import decomposition as dc
-from harness.analysis import shapes
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import SpeedupTable
+from harness.store import shapes
 from harness.store.runmeta import RunMeta
 
 #: Said once in the report where records carry no per-position figures.

@@ -65,7 +65,7 @@ from scipy import special
 from scipy import stats as sps
 
 from harness import formatter as fm
-from harness.analysis import shapes
+from harness.store import shapes
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE

@@ -39,9 +39,8 @@ import numpy as np
 from scipy import stats as sps
 
 from harness.analysis import inference as inf
-from harness.analysis import shapes
 from harness.intake import spec_types
-from harness.store import result
+from harness.store import result, shapes
 from harness.store.runmeta import StudyMeta
 
 ALPHA = inf.ALPHA

@@ -29,8 +29,8 @@ import numpy as np
 from scipy import stats as sps
 
 from harness import formatter as fm
-from harness.analysis import shapes
 from harness.analysis.inference import NO_FIGURE, Figure
+from harness.store import shapes
 
 CONFIDENCE = 0.95
 

@@ -19,10 +19,10 @@ from enum import StrEnum
 
 from scipy import stats as sps
 
-from harness.analysis import shapes
 from harness.analysis.contamination import Point, Unit
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import MIN_ROUNDS
+from harness.store import shapes
 
 #: Coefficient of variation of a cell's tok/s above which it is called dispersed (pyperf warns at 10%).
 DISPERSION_CV = 0.10

@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, shapes, stats, tuning, words
+from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -21,7 +21,7 @@ from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Me
 from harness.analysis.speedups import Speedup
 from harness.models import passbytes
 from harness.schema import FORMAT_VERSIONS
-from harness.store import result
+from harness.store import result, shapes
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness.analysis import inference as inf
-from harness.analysis import shapes
+from harness.store import shapes
 
 CONFIDENCE = 0.95
 

@@ -15,11 +15,11 @@ import math
 from collections import defaultdict
 
 from harness import formatter as fm
-from harness.analysis import serving, shapes, sweep
+from harness.analysis import serving, sweep
 from harness.analysis import speedups as sp
 from harness.analysis.records import CellIndex, CellKey
 from harness.analysis.speedups import paired_logs
-from harness.store import result
+from harness.store import result, shapes
 from harness.store.runmeta import RunMeta, StrategyMeta
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.analysis import shapes
 from harness.intake.builds import across
+from harness.store import shapes
 
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 

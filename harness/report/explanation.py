@@ -13,8 +13,8 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.analysis import shapes
 from harness.report import plotting
+from harness.store import shapes
 
 #: Positions shown as columns of the by-position table (the plot shows them all).
 TABLE_POSITIONS = 8

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.analysis import shapes
+from harness.store import shapes
 
 #: Short names of the tests in the order lossless.TESTS lists them.
 SHORT = {"first token": "first", "first tokens": "first {m}", "every position": "all", "log-probability": "log-p"}

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, explanation, shapes, stats, tuning
+from harness.analysis import builds, explanation, stats, tuning
 from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
@@ -26,6 +26,7 @@ from harness.report import explanation as why_report
 from harness.report import lossless as lossless_report
 from harness.report import plotting
 from harness.report import tuning as tuning_report
+from harness.store import shapes
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 

@@ -11,8 +11,8 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.analysis import shapes
 from harness.report import plotting
+from harness.store import shapes
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:

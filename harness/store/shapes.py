@@ -1,9 +1,9 @@
-"""The shape of summary.json as the report reads it: the run's summary, its cells and the figures in them
-(schemas/summary.schema.json is the contract; tests/test_analysis.py holds these keys against it and against the
-summaries of the committed runs).
+"""The shape of summary.json and compare.json: what harness/analysis writes and harness/report reads, the run's
+summary, its cells and the figures in them (schemas/summary.schema.json is the contract; tests/test_analysis.py
+holds these keys against it, against the summaries of the committed runs and against their comparisons).
 
-The sampling study's table is here too (harness/analysis/lossless.py writes it, harness/report/lossless.py reads
-it), and so are the sweeps and serving curves, why a speedup is what it is, the builds compared, and compare.json."""
+Section by section: the cells, the sampling study's table (harness/analysis/lossless.py), why a speedup is what it
+is, sweeps and serving curves, the builds compared, the printed table's family, compare.json."""
 
 from typing import Any, NotRequired, TypedDict
 
