@@ -24,8 +24,12 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
         assert s in text
     for t in ("zh-prose", "en-prose", "code-gen", "code-edit", "json-out", "reasoning", "translate", "long-ctx"):
         assert f"| {t} " in text
-    # every median in the throughput table is the summary's
+    # every median in the throughput table is the summary's; a cell whose every run other work disturbed (a busy
+    # machine: they are set aside) says so instead
     for c in summary["cells"]:
+        if c["decode_tok_s"]["median"] is None:
+            assert c["runs_ok"] and not c["runs_used"] and f"⚠ all {c['runs_ok']} runs disturbed" in text, c
+            continue
         assert f"{c['decode_tok_s']['median']:,.2f} ±" in text
         # two rounds: estimates without intervals or verdicts, said so (the sweep's best two and their baseline
         # have the confirmation rounds too: those are judged)
@@ -43,7 +47,7 @@ def test_report_of_demo_run_has_every_strategy_and_task_and_matches_summary(demo
     assert "one fresh container per measurement" in text
     assert "| of roofline " in text
     for c in summary["cells"]:
-        if c["baseline"] is None:
+        if c["baseline"] is None and c["decode_tok_s"]["median"] is not None:  # a figure the physics can judge
             frac = c["checks"]["physics"]["data"]["fraction"]
             assert f"| {frac:.0%} " in text
     assert "tasks byte-identical to the baseline" in text

@@ -180,6 +180,14 @@ def _confirmation_note(summary: shapes.Summary) -> str:
     return f"; {which} confirm the sweep's best two and are reported in the sweep section only, not in these tables"
 
 
+def _no_figure(c: shapes.CellSummary | None) -> str:
+    """What a throughput cell without a median says: its runs failed, other work disturbed every run it measured
+    (set aside, none retaken clean), or nothing was measured."""
+    if c is not None and c["runs_ok"] and not c["runs_used"]:
+        return f"⚠ all {c['runs_ok']} runs disturbed"
+    return "✗ failed" if c and c["runs_failed"] else "missing"
+
+
 def _throughput(v: View) -> tuple[str, list[str]]:
     cols = v.columns()
     rows, notes = [], []
@@ -188,7 +196,7 @@ def _throughput(v: View) -> tuple[str, list[str]]:
         for h, s in cols:
             c = v.cell(h, s, t)
             if c is None or c["decode_tok_s"]["median"] is None:
-                row.append("✗ failed" if c and c["runs_failed"] else "missing")
+                row.append(_no_figure(c))
                 continue
             d = c["decode_tok_s"]
             txt = f"{fm.num(d['median'], 2)} ±{fm.fixed(d['spread_pct'], 0)}%"
