@@ -76,7 +76,7 @@ def host_pairs(hosts_a: list[str], hosts_b: list[str]) -> list[tuple[str, str]]:
 def _relabel(records: list[result.ResultRecord], pairs: list[tuple[str, str]]) -> list[result.ResultRecord]:
     """B's records under A's host labels, so cells match host by host."""
     to_a = {hb: ha for ha, hb in pairs}
-    return [result.ResultRecord(**{**r, "host": to_a[r["host"]]}) for r in records if r["host"] in to_a]
+    return [{**r, "host": to_a[r["host"]]} for r in records if r["host"] in to_a]
 
 
 def _stats(meta: RunMeta, records: list[result.ResultRecord]) -> stats.RunStats:

@@ -220,10 +220,10 @@ class Contamination:
     why: str
     fingerprint: Fingerprint
     trend: Trend
+    evidence: shapes.ContaminationEvidence
     noise_p: float | None = None  # Holm-adjusted p of "as noisy as the run"
     trend_p: float | None = None  # Holm-adjusted p of "no trend"
     family: int = 0
-    evidence: shapes.ContaminationEvidence | None = None
 
     @property
     def flagged(self) -> bool:
@@ -277,7 +277,7 @@ def judge(index: CellIndex, protocol: str | None = None) -> dict[CellKey, Contam
             kind, why = Kind.UNSTABLE, "noisy"
         else:
             kind, why = Kind.NONE, "none"
-        per_unit[u] = Contamination(u, kind, why, fp, tr, npv, tp, len(pvals), evidence)
+        per_unit[u] = Contamination(u, kind, why, fp, tr, evidence, npv, tp, len(pvals))
     order = list(Kind)
     out: dict[CellKey, Contamination] = {}
     for u, c in per_unit.items():
