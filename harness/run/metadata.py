@@ -64,7 +64,8 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: B
         strategies.append(StrategyMeta(s.id, s.spec_type, s.draft, s.model,
                                        base.id if base is not None and base.id != s.id else None, tuple(s.args),
                                        s.label, s.parallel, s.family, s.sweep, s.build))
-    tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.path.relative_to(folder).as_posix(),
+    # a suite's question is named by its file and question_id (harness/intake/suites.py), a prompt file by its path
+    tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.source or p.path.relative_to(folder).as_posix(),
                                                           p.sha256 or file_sha256(p.path)) for p in t.prompts),
                       t.perturbation) for t in manifest.tasks]
     return RunMeta(
