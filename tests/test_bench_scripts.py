@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
     ("compare_calibration.py", ["--comparisons", "2", "--rounds", "3", "--jobs", "1"], "     3 regressed"),
     ("interval_coverage.py", ["--runs", "results/demo-cpu", "--noise", "spread", "--tables", "4", "--rounds", "3"],
      "demo-cpu"),
+    ("prompt_coverage.py", ["--reps", "40", "--prompts", "2", "5", "--rounds", "3", "--tau", "0.2", "--sigma", "0.1",
+                            "--shape", "normal"], "normal        5      3  0.20  0.10"),
 ])
 def test_a_calibration_bench_prints_its_figures(script, args, row):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,

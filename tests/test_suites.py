@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import subprocess
 import sys
@@ -14,9 +15,13 @@ from pathlib import Path
 import pytest
 
 from harness import ROOT, KitError
+from harness.analysis import prompt_sample
+from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
 from harness.intake import suites
 from harness.models import suite_fetch
+from harness.report import categories as categories_report
+from harness.report.results import VERDICT_MARKS
 from harness.run import plan
 from harness.run.metadata import for_run
 from harness.store.rundir import RunDir
@@ -137,14 +142,28 @@ def test_a_spec_bench_file_validates_and_runs_through_the_fake_engine(tmp_path, 
     assert "mine/math: one prompt each; such a category generalises to no other prompt" in text
     said = fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, run_id="suite",
                                     progress=False, log=[].append, engines=[fake_engine.fake()],
-                                    strategies=["baseline", "ngram-mod"], runs=1, seed=1)
-    assert "10 ok, 0 failed" in said  # 2 strategies x 5 prompts, one round
+                                    strategies=["baseline", "ngram-mod"], runs=3, seed=1)
+    assert "30 ok, 0 failed" in said  # 2 strategies x 5 prompts x 3 rounds
     rd = RunDir.open(world / "r" / "suite")
     meta = rd.read_meta()
     assert [(t.id, [p.file for p in t.prompts]) for t in meta.tasks] == [
         (t.id, [f"suites/mine.jsonl#{p.id[1:]}" for p in t.prompts]) for t in man.tasks]
     assert {(r["strategy"], r["task"], r.get("prompt")) for r in rd.measurements()} == {
         (s, t.id, p.id) for s in ("baseline", "ngram-mod") for t in man.tasks for p in t.prompts}
+    # per category: the cell's interval for these prompts beside the one for prompts like these
+    summary = summarize(rd)
+    cats = {c["task"]: c for c in summary["categories"]}
+    assert set(cats) == {"mine.qa", "mine.rag", "mine.math"}
+    assert {c["strategy"] for c in cats.values()} == {"ngram-mod"}
+    cell = next(c for c in summary["cells"] if c["task"] == "mine.qa" and c["strategy"] == "ngram-mod")
+    assert cats["mine.qa"]["speedup"] == cell["speedup"] and cats["mine.qa"]["prompts"] == 2
+    like = cats["mine.qa"]["like_these"]
+    assert like["scope"] == "prompts like these" and like["df"] == 1.0
+    assert like["low"] <= cats["mine.qa"]["like_these_speedup"] <= like["high"]
+    assert cats["mine.math"]["like_these"] is None and "generalises to no other prompt" in cats["mine.math"]["note"]
+    text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    assert "| ngram-mod  | mine/math  | 1         |" in text and "one prompt: generalises to no other prompt" in text
+
 
 
 def test_the_sample_is_seeded_stratified_and_each_category_its_own(tmp_path):
@@ -265,3 +284,12 @@ def test_the_study_manifest_has_mt_bench_for_its_strategies():
     assert [t.id for t in m.tasks if t.id.startswith("mt-bench.")] == [f"mt-bench.{c}" for c in CATEGORIES]
     meta = for_run("x", m, plan.make_plan(m, ["local"], shuffle_seed=0), "fresh", None, {}, {}, None)
     assert all(p.file.startswith("mt-bench:question.jsonl#") for t in meta.tasks if "." in t.id for p in t.prompts)
+
+
+def test_the_interval_for_prompts_like_these_is_a_t_interval_over_prompts():
+    est = prompt_sample.like_these({"q1": math.log(1.2), "q2": math.log(1.5)})
+    lo, hi = est.interval()
+    half = 12.706204736174707 * abs(math.log(1.5) - math.log(1.2)) / 2  # t(0.975, 1 df) x s / sqrt(2)
+    assert math.exp(est.estimate) == pytest.approx(math.sqrt(1.2 * 1.5))
+    assert (lo, hi) == pytest.approx((est.estimate - half, est.estimate + half))
+    assert prompt_sample.like_these({"q1": 0.1}) is None

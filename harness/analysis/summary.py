@@ -16,6 +16,7 @@ from harness import formatter as fm
 from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
+from harness.analysis import prompt_sample as suite_categories
 from harness.analysis import speedups as sp
 from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Measurement
 from harness.analysis.speedups import Speedup
@@ -153,6 +154,9 @@ def summarize(rd: RunDir) -> shapes.Summary:
     section = builds.summary(meta, index)  # a run of several builds: each later build against the first
     if section is not None:
         out["builds"] = section
+    categories = suite_categories.summary(meta, index, baselines, table)  # prompt suites: per category, two intervals
+    if categories:
+        out["categories"] = categories
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
         study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})

@@ -21,6 +21,7 @@ from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_text
 from harness.report import builds as builds_report
+from harness.report import categories as categories_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
 from harness.report import lossless as lossless_report
@@ -455,6 +456,7 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     for name, bv in views:
         parts += builds_report.heading(summary, name) + [_speedups(bv), ""]
     parts += [f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
+    parts += categories_report.section(summary, VERDICT_MARKS)  # a run with prompt suites
     parts += builds_report.section(summary)
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)

@@ -1002,6 +1002,24 @@ class CompareJson(TypedDict):
 # ---------------------------------------------------------------- the run
 
 
+class CategoryJson(TypedDict):
+    """A prompt suite's category for one strategy (harness/analysis/prompt_sample.py): the speedup for these
+    prompts (the table's cell, marked there) beside the interval for prompts like these (null below two prompts)."""
+
+    host: str
+    strategy: str
+    task: str
+    suite: str
+    category: str
+    prompts: int
+    speedup: float | None
+    these_prompts: IntervalJson | None
+    verdict: str
+    like_these_speedup: float | None
+    like_these: IntervalJson | None
+    note: str
+
+
 class Summary(TypedDict):
     """summary.json: one run folder summarised (harness/analysis/summary.py)."""
 
@@ -1041,3 +1059,4 @@ class Summary(TypedDict):
     rules_serving: NotRequired[str]
     builds: NotRequired[BuildsJson]
     distribution: NotRequired[StudySummary]
+    categories: NotRequired[list[CategoryJson]]  # a run with prompt suites (harness/analysis/prompt_sample.py)
