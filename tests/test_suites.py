@@ -293,3 +293,14 @@ def test_the_interval_for_prompts_like_these_is_a_t_interval_over_prompts():
     assert math.exp(est.estimate) == pytest.approx(math.sqrt(1.2 * 1.5))
     assert (lo, hi) == pytest.approx((est.estimate - half, est.estimate + half))
     assert prompt_sample.like_these({"q1": 0.1}) is None
+
+
+def test_strict_validate_names_an_unpinned_suite_file(tmp_path):
+    sha = write_jsonl(tmp_path / "s.jsonl", [GOOD])
+    loose = mf.load(write_manifest(tmp_path, demo_with("  - suite: {format: spec-bench, file: s.jsonl}\n")))
+    assert [x for x in mf.unpinned(loose) if "suite" in x] == [
+        f"{loose.path.name}: tasks[0].suite.sha256: not pinned (the suite file s.jsonl)".replace(
+            loose.path.name, str(mf.display_path(loose.path)))]
+    pinned = mf.load(write_manifest(tmp_path, demo_with(f"  - suite: {{format: spec-bench, file: s.jsonl, "
+                                                        f"sha256: {sha}}}\n"), name="p.yaml"))
+    assert not [x for x in mf.unpinned(pinned) if "suite" in x or "s.qa" in x]

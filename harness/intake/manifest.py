@@ -767,8 +767,12 @@ def unpinned(manifest: Manifest) -> list[str]:
             out.append(f"{where}: models.{m.key}.sha256: not pinned")
         if m.hf and not m.hf.revision:
             out.append(f"{where}: models.{m.key}.hf.revision: not pinned (a branch can move)")
+    out += [f"{d.suite.field}.sha256: not pinned (the suite file {d.suite.file})" for d in manifest.suites
+            if not d.suite.sha256]
     for i, t in enumerate(manifest.tasks):
         for j, p in enumerate(t.prompts):
+            if p.source is not None:
+                continue  # a suite's question: its file is pinned (or named above), its text's sha256 is recorded
             if not p.sha256:
                 at = f"tasks[{i}].sha256" if len(t.prompts) == 1 else f"tasks[{i}].prompts[{j}].sha256"
                 out.append(f"{where}: {at}: not pinned ({t.id}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
