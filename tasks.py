@@ -357,6 +357,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
     from harness.intake import trust
+    from harness.models import suite_fetch
     from harness.run import runner
 
     # every flag checked, then one load and one trust decision, before any engine or host is reached
@@ -367,6 +368,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
     distribution = _int("--distribution", distribution, minimum=0)
     wait = _seconds("--quiet-wait", quiet_wait)
+    suite_fetch.ensure(_manifest_path(c, manifest))  # a prompt suite's file, as the models are fetched
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
     if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
         raise KitError(f"--max-rounds {max_rounds} is fewer than the {runs or trusted.manifest.runs} planned runs")
