@@ -105,10 +105,13 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
     table marks) beside the interval for prompts like these (not marked: no test is made of it)."""
     out: list[shapes.CategoryJson] = []
     tasks = suite_tasks(meta)
-    for key, cell in table.cells.items():
-        base = baselines.get(key.strategy)
-        if key.task not in tasks or not base:
-            continue
+    order = {sid: i for i, sid in enumerate(meta.plan.strategies)}
+    # category by category in the suite's order, each with its strategies in the plan's
+    keys = sorted((k for k in table.cells if k.task in tasks and baselines.get(k.strategy)),
+                  key=lambda k: (meta.plan.hosts.index(k.host) if k.host in meta.plan.hosts else 0,
+                                 tasks.index(k.task), order.get(k.strategy, len(order))))
+    for key in keys:
+        cell, base = table.cells[key], baselines[key.strategy]
         ps = of_cell(index, key, base)
         suite, _, category = key.task.partition(".")
         out.append({"host": key.host, "strategy": key.strategy, "task": key.task, "suite": suite,

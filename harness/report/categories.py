@@ -37,9 +37,9 @@ def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
                      like_text])
     table = tabulate(rows, headers=["strategy", "category", "prompts", "for these prompts", "for prompts like these"],
                      tablefmt="github", disable_numparse=True)
-    return ["### Per category of the prompt suites (speedup; 95% intervals)", "", table, "",
-            "> For these prompts: the cell above, rounds random and its prompts fixed, marked by the table's Holm "
-            "family. For prompts like these: the category's prompts random and each prompt's rounds nested within "
-            "it, a t-interval of the mean of the prompts' mean log speedups from their spread (k - 1 df for k "
-            "prompts); it is not marked (no test is made of it, so the table's family is unchanged), and with 2 "
-            f"prompts its t is 12.7. Coverage checked by {COVERAGE}.", ""]
+    rule = ("> For these prompts: the speedup table's cell, rounds random and its prompts fixed, marked by that "
+            "table's Holm family. For prompts like these: the category's prompts random and each prompt's rounds "
+            "nested within it, a t-interval of the mean of the prompts' mean log speedups from their spread (k - 1 "
+            "df for k prompts); it is not marked (no test is made of it, so the table's family is unchanged), and "
+            f"with 2 prompts its t is 12.7. Coverage checked by {COVERAGE}.")
+    return ["### Per category of the prompt suites (speedup; 95% intervals)", "", table, "", rule, ""]
