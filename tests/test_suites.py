@@ -235,6 +235,9 @@ FILE = "{format: spec-bench, file: bad.jsonl}"
                                                                r"most 65,536"),
     ([GOOD, {**GOOD, "category": "rag"}], r"row 2: question_id: '1' is also row 1's"),
     ([], r"bad\.jsonl: no rows"),
+    (["[" * 200_000 + "]" * 200_000], r"row 1: nested too deeply"),
+    ([{**GOOD, "question_id": True}], r"row 1: question_id: expected a whole number"),
+    ([{**GOOD, "turns": ["fine", 3]}], r"row 1: turns\[1\]: expected a non-empty string"),
 ])
 def test_a_bad_suite_file_is_one_line_naming_the_file_the_row_and_the_field(tmp_path, rows, expected):
     assert re.search(expected, _load_error(tmp_path, rows, FILE))

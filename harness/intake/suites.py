@@ -283,6 +283,8 @@ def _row(line: str, n: int, fmt: str, shown: str) -> Question:
         row = json.loads(line)
     except ValueError as e:
         raise fail("", f"not a JSON object ({str(e).split(':')[0]})") from None
+    except RecursionError:  # a row nested thousands deep
+        raise fail("", "nested too deeply; expected a flat JSON object") from None
     if not isinstance(row, dict):
         raise fail("", f"expected a JSON object {{question_id, category, turns}}, got {type(row).__name__}")
     qid = row.get("question_id")
