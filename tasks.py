@@ -195,7 +195,8 @@ def validate(c, manifest=None, strict=False, models_dir=None):
 
     suite_fetch.ensure(_manifest_path(c, manifest))  # a suite's file, fetched before its categories can be listed
     m = mf.load(_manifest_path(c, manifest))
-    print(console_lines(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict)))
+    print(console_lines(plan.render(m, Path(models_dir or _cfg(c, "models", "models")), strict=strict,
+                                    results_dir=Path(_cfg(c, "results", "results")))))
     try:
         engine, why = LocalEngine(connect(timeout=20)), ""
     except KitError as e:  # a manifest is checked without Docker too; only the images are not looked for

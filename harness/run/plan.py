@@ -13,13 +13,13 @@ from harness import formatter as fm
 from harness.files import display_path
 from harness.formatter import size
 from harness.image import backends, source
-from harness.intake import spec_types, suites
+from harness.intake import spec_types
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
 from harness.models import gguf_facts, preflight
 from harness.models.generate import EMBED, FF, TARGET_LAYERS, check_size
 from harness.run import builds as per_build
-from harness.run import study
+from harness.run import study, suite_plan
 from harness.store.runmeta import MAX_MEASUREMENTS
 
 #: At most this share of a plan's measurements is retaken when other work disturbed them, rounded down (a run of
@@ -285,29 +285,10 @@ def sweep_lines(manifest: Manifest, plan: Plan) -> list[str]:
     return lines
 
 
-def suite_lines(manifest: Manifest, plan: Plan, models_dir: Path) -> list[str]:
-    """Each prompt suite's categories, prompts, measurements and time (harness/intake/suites.py), at the target's
-    roofline rate when its size is known (an upper bound on the rate: the estimate is a lower bound on the time)."""
-    if not manifest.suites:
-        return []
-    t = manifest.target
-    p = t.local_path(models_dir)
-    size_b = p.stat().st_size if p.is_file() else t.size_bytes
-    rate = manifest.hardware.memory_bandwidth_gbs * 1e9 / size_b if size_b else None
-    gbs = fm.plain(manifest.hardware.memory_bandwidth_gbs)
-    said = (f"the target's roofline rate {fm.plain(round(rate))} tok/s ({gbs} GB/s over {size(size_b)}, an upper "
-            "bound)") if rate else ""
-    out = []
-    for d in manifest.suites:
-        ids = {c.task_id for c in d.categories}
-        n = sum(1 for it in plan.items if it.cell.task.id in ids)
-        out += suites.describe(d, n, rate, said)
-    return out
-
-
-def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
+def render(manifest: Manifest, models_dir: Path, strict: bool = False, results_dir: Path | None = None) -> str:
     """`invoke validate`: the manifest's plan in a few lines; with strict, every unpinned field is a problem. The
-    checks that could not run (a file not there yet) are named, with why."""
+    checks that could not run (a file not there yet) are named, with why. `results_dir`: where earlier runs are
+    (a prompt suite's time estimate takes their measured rate of the same target)."""
     not_checked: list[str] = []
     problems = generator_problems(manifest) + check_model_files(manifest, models_dir)
     problems += model_preflight(manifest, models_dir, not_checked) if not problems else []
@@ -348,7 +329,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
     lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", {len(t.prompts)} prompts)"
                                                                    if len(t.prompts) > 1 else ")")
                                        for t in manifest.tasks))
-    lines += suite_lines(manifest, plan, models_dir)
+    if manifest.suites:
+        lines += suite_plan.lines(manifest, [it.cell.task.id for it in plan.items], models_dir, results_dir)
     lines.append("models:")
     for m in manifest.models.values():
         p = m.local_path(models_dir)
