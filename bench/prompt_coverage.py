@@ -12,7 +12,13 @@ the t-interval of the round-wise means over prompts (R - 1 df), which holds the 
                                      [--sigma 0.1 0.3] [--shape normal t3 skewed] [--seed 1]
 
 Prints one row per setting: coverage of mu by each interval (nominal 95%) and the like-these interval's median
-half-width in log units."""
+half-width in log units.
+
+    python3 bench/prompt_coverage.py --power [--spreads 0.05 0.1 0.2 0.4] [--reps 4000]
+
+checks the report's power sentence instead: for prompts whose mean log speedups spread by sd s, the prompts per
+category it says a ±10% interval needs (prompt_sample.prompts_needed) and the half-width it says 2 prompts give,
+against the simulated intervals' median half-width and the share of them within ±10%."""
 
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.analysis import inference as inf  # noqa: E402
-from harness.analysis.prompt_sample import like_these  # noqa: E402
+from harness.analysis.prompt_sample import POWER_TARGET, like_these, prompts_needed  # noqa: E402
 
 
 def departures(rng: np.random.Generator, shape: str, tau: float, size: tuple[int, ...]) -> np.ndarray:
@@ -60,6 +66,29 @@ def row(rng: np.random.Generator, reps: int, k: int, rounds: int, tau: float, si
     return like_hit / reps, these_hit / reps, float(np.median(widths))
 
 
+def half_widths(rng: np.random.Generator, reps: int, k: int, spread: float) -> np.ndarray:
+    """Half-widths (as fractions) of the kit's interval for prompts like these over k prompts whose mean log
+    speedups are normal with sd `spread`."""
+    out = []
+    for means in rng.normal(0.2, spread, (reps, k)):
+        lo, hi = like_these({f"q{j}": float(m) for j, m in enumerate(means)}).interval()
+        out.append(math.expm1((hi - lo) / 2))
+    return np.asarray(out)
+
+
+def power(rng: np.random.Generator, reps: int, spreads: list[float]) -> None:
+    print(f"the power sentence against {reps} simulated categories per row (target ±{POWER_TARGET:.0%})")
+    print(f"{'spread':>6} {'prompts':>7} {'said half-width':>15} {'median half-width':>17} {'within target':>13}")
+    for sd in spreads:
+        need = prompts_needed(sd)
+        for k in sorted({2, *([need - 1, need] if need and need > 2 else [])}):
+            said = math.expm1(inf._t_isf(0.025, k - 1) * sd / math.sqrt(k))
+            hw = half_widths(rng, reps, k, sd)
+            tag = " (said needed)" if k == need else ""
+            print(f"{sd:6.2f} {k:7d} {said:15.1%} {float(np.median(hw)):17.1%} "
+                  f"{float(np.mean(hw <= POWER_TARGET)):13.1%}{tag}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=4000)
@@ -69,8 +98,13 @@ def main() -> int:
     ap.add_argument("--sigma", type=float, nargs="+", default=[0.1, 0.3])
     ap.add_argument("--shape", nargs="+", default=["normal", "t3", "skewed"], choices=["normal", "t3", "skewed"])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--power", action="store_true", help="check the power sentence instead of the coverage")
+    ap.add_argument("--spreads", type=float, nargs="+", default=[0.05, 0.1, 0.2, 0.4])
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
+    if a.power:
+        power(rng, a.reps, a.spreads)
+        return 0
     print(f"coverage of a category's speedup over prompts like these, {a.reps} categories per row (nominal 95%)")
     print(f"{'shape':7} {'prompts':>7} {'rounds':>6} {'tau':>5} {'sigma':>5}  {'like these':>10}  "
           f"{'these prompts':>13}  {'half-width':>10}")

@@ -188,7 +188,10 @@ def test_a_spec_bench_file_validates_and_runs_through_the_fake_engine(tmp_path, 
     assert like["scope"] == "prompts like these" and like["df"] == 1.0
     assert like["low"] <= cats["mine.qa"]["like_these_speedup"] <= like["high"]
     assert cats["mine.math"]["like_these"] is None and "generalises to no other prompt" in cats["mine.math"]["note"]
+    pw = summary["categories_power"]
+    assert pw["prompts"] == 2 and pw["prompts_needed"] == prompt_sample.prompts_needed(pw["spread"])
     text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    assert f"±10% needs about {pw['prompts_needed']} prompts per category" in text
     assert "| ngram-mod  | mine/math  | 1         |" in text and "one prompt: generalises to no other prompt" in text
 
 
@@ -334,3 +337,10 @@ def test_strict_validate_names_an_unpinned_suite_file(tmp_path):
     pinned = mf.load(write_manifest(tmp_path, demo_with(f"  - suite: {{format: spec-bench, file: s.jsonl, "
                                                         f"sha256: {sha}}}\n"), name="p.yaml"))
     assert not [x for x in mf.unpinned(pinned) if "suite" in x or "s.qa" in x]
+
+
+def test_prompts_needed_for_a_ten_percent_interval():
+    # t(k - 1) x sd / sqrt(k) <= log 1.1: 7 prompts at sd 0.1 (t(5) = 2.571 gives 0.105, t(6) = 2.447 gives 0.0925)
+    assert prompt_sample.prompts_needed(0.1) == 7
+    assert prompt_sample.prompts_needed(0.01) == 2
+    assert prompt_sample.prompts_needed(10.0) is None

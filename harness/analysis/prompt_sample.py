@@ -77,6 +77,36 @@ def of_cell(index: CellIndex, key: CellKey, baseline: str) -> PromptSample:
                         inf.Interval.of(est) if est is not None else None)
 
 
+#: The half-width (as a fraction) the power sentence says how many prompts per category would reach.
+POWER_TARGET = 0.10
+MAX_PROMPTS_SAID = 1000
+
+
+def prompts_needed(spread: float, target: float = POWER_TARGET) -> int | None:
+    """The fewest prompts per category whose interval for prompts like these has a half-width of at most
+    log(1 + target) when the prompts' mean log speedups spread by `spread` (sd): t(k - 1) x spread / sqrt(k);
+    None beyond MAX_PROMPTS_SAID. bench/prompt_coverage.py --power checks it by simulation."""
+    goal = math.log1p(target)
+    for k in range(2, MAX_PROMPTS_SAID + 1):
+        if inf._t_isf(0.025, k - 1) * spread / math.sqrt(k) <= goal:
+            return k
+    return None
+
+
+def power(logs: list[dict[str, float]]) -> shapes.CategoryPower | None:
+    """What the design could show: the median over cells of the prompts' spread (sd of their mean log speedups),
+    the median prompts per category, and the prompts a category would need for a ±POWER_TARGET interval at that
+    spread; None without a cell of two prompts."""
+    spreads = [statistics.stdev(v.values()) for v in logs if len(v) >= 2]
+    if not spreads:
+        return None
+    sd = statistics.median(spreads)
+    k = int(statistics.median(len(v) for v in logs))
+    half = math.expm1(inf._t_isf(0.025, k - 1) * sd / math.sqrt(k)) if k >= 2 else None
+    return {"spread": fm.rounded(sd, 4), "prompts": k, "half_width": fm.rounded(half, 4), "target": POWER_TARGET,
+            "prompts_needed": prompts_needed(sd)}
+
+
 def suite_tasks(meta: RunMeta) -> list[str]:
     """The run's tasks that are a prompt suite's categories (`<suite>.<category>`, every prompt a suite question)."""
     return [t.id for t in meta.tasks if t.id in meta.plan.tasks and "." in t.id
@@ -100,10 +130,11 @@ def _interval(iv: inf.Interval | None, scope: str, text: str) -> shapes.Interval
 
 
 def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None], table: sp.SpeedupTable
-            ) -> list[shapes.CategoryJson]:
+            ) -> tuple[list[shapes.CategoryJson], shapes.CategoryPower | None]:
     """Per suite category and strategy with a baseline: the cell's speedup and interval for these prompts (what the
     table marks) beside the interval for prompts like these (not marked: no test is made of it)."""
     out: list[shapes.CategoryJson] = []
+    every: list[dict[str, float]] = []
     tasks = suite_tasks(meta)
     order = {sid: i for i, sid in enumerate(meta.plan.strategies)}
     # category by category in the suite's order, each with its strategies in the plan's
@@ -112,6 +143,7 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
                                  tasks.index(k.task), order.get(k.strategy, len(order))))
     for key in keys:
         cell, base = table.cells[key], baselines[key.strategy]
+        every.append(prompt_logs(index, key, base))
         ps = of_cell(index, key, base)
         suite, _, category = key.task.partition(".")
         out.append({"host": key.host, "strategy": key.strategy, "task": key.task, "suite": suite,
@@ -123,4 +155,4 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
                     "like_these": _interval(ps.interval, "prompts like these", note(ps)) if ps.generalises
                     else None,
                     "note": note(ps)})
-    return out
+    return out, power(every)

@@ -154,9 +154,9 @@ def summarize(rd: RunDir) -> shapes.Summary:
     section = builds.summary(meta, index)  # a run of several builds: each later build against the first
     if section is not None:
         out["builds"] = section
-    categories = suite_categories.summary(meta, index, baselines, table)  # prompt suites: per category, two intervals
+    categories, design = suite_categories.summary(meta, index, baselines, table)  # prompt suites: two intervals
     if categories:
-        out["categories"] = categories
+        out["categories"], out["categories_power"] = categories, design
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
         study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})

@@ -42,4 +42,14 @@ def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
             "nested within it, a t-interval of the mean of the prompts' mean log speedups from their spread (k - 1 "
             "df for k prompts); it is not marked (no test is made of it, so the table's family is unchanged), and "
             f"with 2 prompts its t is 12.7. Coverage checked by {COVERAGE}.")
-    return ["### Per category of the prompt suites (speedup; 95% intervals)", "", table, "", rule, ""]
+    out = ["### Per category of the prompt suites (speedup; 95% intervals)", "", table, "", rule, ""]
+    pw = summary.get("categories_power")
+    if pw and pw["spread"] is not None:
+        need = (f"about {pw['prompts_needed']} prompts per category" if pw["prompts_needed"] is not None
+                else "more prompts per category than a suite holds")
+        out += [f"Power: within a category the prompts' mean log speedups spread by a median sd of "
+                f"{fm.fixed(pw['spread'], 3)} in this run (from {pw['prompts']} prompts per category, itself a rough "
+                f"figure); at that spread an interval for prompts like these of ±{fm.pct(pw['target'])} needs {need} "
+                "(t(k - 1) x sd / sqrt(k) at most; bench/prompt_coverage.py --power: at that count over half of "
+                "the simulated categories' intervals were within it).", ""]
+    return out

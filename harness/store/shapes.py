@@ -1020,6 +1020,16 @@ class CategoryJson(TypedDict):
     note: str
 
 
+class CategoryPower(TypedDict):
+    """What a run's suite design could show (harness/analysis/prompt_sample.py `power`)."""
+
+    spread: float | None
+    prompts: int
+    half_width: float | None
+    target: float
+    prompts_needed: int | None
+
+
 class Summary(TypedDict):
     """summary.json: one run folder summarised (harness/analysis/summary.py)."""
 
@@ -1060,3 +1070,4 @@ class Summary(TypedDict):
     builds: NotRequired[BuildsJson]
     distribution: NotRequired[StudySummary]
     categories: NotRequired[list[CategoryJson]]  # a run with prompt suites (harness/analysis/prompt_sample.py)
+    categories_power: NotRequired[CategoryPower | None]
