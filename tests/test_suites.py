@@ -344,3 +344,16 @@ def test_prompts_needed_for_a_ten_percent_interval():
     assert prompt_sample.prompts_needed(0.1) == 7
     assert prompt_sample.prompts_needed(0.01) == 2
     assert prompt_sample.prompts_needed(10.0) is None
+
+
+def test_a_suite_run_is_refused_by_bundle_with_one_line(tmp_path, models_dir, world):
+    from harness.share import bundle
+    from tests import fake_engine
+
+    sha = write_jsonl(tmp_path / "m" / "s.jsonl", spec_bench_rows({"qa": 2}))
+    m = write_manifest(tmp_path / "m", demo_with(f"  - suite: {{format: spec-bench, file: s.jsonl, sha256: {sha}}}\n"))
+    fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, run_id="b", progress=False,
+                           log=[].append, engines=[fake_engine.fake()], strategies=["baseline"], runs=1, seed=1)
+    with pytest.raises(KitError, match=r"^run\.json tasks\.s\.qa\.prompts\.q1: 's\.jsonl#1' is a prompt suite's "
+                                       r"question; a run of a prompt suite is not bundled yet"):
+        bundle.make(world / "r" / "b", tmp_path / "b.tar.gz")

@@ -74,6 +74,10 @@ def make(run_dir: Path, out: Path | None = None, manifest_dir: Path | None = Non
                                meta.manifest.text.encode()}
     for t in meta.tasks:
         for p in t.prompts:
+            if "#" in p.file:  # `<suite file>#<question_id>` (harness/intake/suites.py)
+                raise KitError(f"run.json tasks.{t.id}.prompts.{p.id}: {p.file[:120]!r} is a prompt suite's "
+                               "question; a run of a prompt suite is not bundled yet (share its manifest and run "
+                               "folder instead)")
             rel = _relative(p.file, f"run.json tasks.{t.id}.prompts.{p.id}")
             path = (folder / rel).resolve()
             if not path.is_relative_to(folder) or not path.is_file():
