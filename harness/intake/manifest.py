@@ -652,7 +652,7 @@ class _Builder:
         for i, t in enumerate(self.raw["tasks"]):
             fp = f"tasks[{i}]"
             if "suite" in t:
-                out += self.suite_tasks(fp, t, check_files, seen, drawn)
+                out += self.suite_tasks(i, t, check_files, seen, drawn)
                 continue
             for key in ("id", "n_predict"):
                 if key not in t:
@@ -675,10 +675,11 @@ class _Builder:
             out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
         return tuple(out)
 
-    def suite_tasks(self, fp: str, t: dict[str, Any], check_files: bool, seen: dict[str, int],
+    def suite_tasks(self, i: int, t: dict[str, Any], check_files: bool, seen: dict[str, int],
                     drawn: list[suite_files.Drawn]) -> list[Task]:
-        """A suite entry's tasks, one per category (harness/intake/suites.py); none while its file is not there
-        and need not be."""
+        """The suite entry tasks[i]'s tasks, one per category (harness/intake/suites.py); none while its file is
+        not there and need not be."""
+        fp = f"tasks[{i}]"
         for key in ("prompt_file", "prompts", "sha256", "perturbation", "probe"):
             if key in t:
                 raise self.fail(f"{fp}.{key}", "a suite's questions are its prompts: give the suite alone")
@@ -690,7 +691,7 @@ class _Builder:
         for c in got.categories:
             if c.task_id in seen:
                 raise self.fail(fp, f"the suite's task {c.task_id!r} is also tasks[{seen[c.task_id]}]")
-            seen[c.task_id] = int(fp[6:-1])
+            seen[c.task_id] = i
             prompts = []
             for q in c.questions:
                 text = suite_files.prompt_text(q, got.suite.turns)
