@@ -357,3 +357,10 @@ def test_a_suite_run_is_refused_by_bundle_with_one_line(tmp_path, models_dir, wo
     with pytest.raises(KitError, match=r"^run\.json tasks\.s\.qa\.prompts\.q1: 's\.jsonl#1' is a prompt suite's "
                                        r"question; a run of a prompt suite is not bundled yet"):
         bundle.make(world / "r" / "b", tmp_path / "b.tar.gz")
+
+
+def test_a_suite_task_and_an_authored_task_of_one_id_are_one_line(tmp_path):
+    msg = _load_error(tmp_path, [GOOD], FILE + "\n  - {id: bad.qa, prompt_file: tasks/zh-prose.md, n_predict: 8}")
+    assert msg.endswith("tasks[1].id: duplicate id 'bad.qa' (also tasks[0])")
+    msg = _load_error(tmp_path, [GOOD], "{name: mt-bench, n_predict: 8}\n  - {prompt_file: tasks/zh-prose.md}")
+    assert msg.endswith("tasks[1]: id is required (or give a suite)")
