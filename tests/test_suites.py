@@ -364,3 +364,24 @@ def test_a_suite_task_and_an_authored_task_of_one_id_are_one_line(tmp_path):
     assert msg.endswith("tasks[1].id: duplicate id 'bad.qa' (also tasks[0])")
     msg = _load_error(tmp_path, [GOOD], "{name: mt-bench, n_predict: 8}\n  - {prompt_file: tasks/zh-prose.md}")
     assert msg.endswith("tasks[1]: id is required (or give a suite)")
+
+
+def _category(prompts: int, like: tuple[float, float] | None, rounds: int = 3) -> dict:
+    iv = {"low": 0.9, "high": 1.2, "n": rounds}
+    return {"host": "local", "strategy": "ngram-mod", "task": "s.qa", "suite": "s", "category": "qa",
+            "prompts": prompts, "speedup": 1.05, "these_prompts": iv, "verdict": "not significant",
+            "like_these_speedup": 1.05 if like else None,
+            "like_these": {"low": like[0], "high": like[1]} if like else None, "note": ""}
+
+
+@pytest.mark.parametrize(("cat", "shown"), [
+    (_category(2, (0.8, 1.4)), "1.05x [0.80, 1.40]"),
+    (_category(2, (0.0001, 3e8)), "1.05x [<0.01, >100]"),
+    (_category(1, None), "one prompt: generalises to no other prompt"),
+    (_category(2, None, rounds=2), "? too few rounds (2)"),
+])
+def test_the_per_category_table_says_what_each_interval_can_say(cat, shown):
+    summary = {"hosts": ["local"], "categories": [cat], "categories_power": None}
+    text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    assert f"| {shown}" in text and "1.05x [0.90, 1.20] ·" in text
+    assert categories_report.section({"hosts": ["local"]}, VERDICT_MARKS) == []

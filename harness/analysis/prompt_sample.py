@@ -69,9 +69,11 @@ class PromptSample:
         return self.prompts >= 2 and self.interval is not None and self.interval.available
 
 
-def of_cell(index: CellIndex, key: CellKey, baseline: str) -> PromptSample:
+def of_cell(index: CellIndex, key: CellKey, baseline: str, rounds: int) -> PromptSample:
+    """A cell's sample of prompts; no interval below MIN_ROUNDS paired rounds (the kit's rule for any interval;
+    bench/prompt_coverage.py checked 3 and 5)."""
     logs = prompt_logs(index, key, baseline)
-    est = like_these(logs)
+    est = like_these(logs) if rounds >= sp.MIN_ROUNDS else None
     return PromptSample(len(logs), math.exp(est.estimate) if est is not None else
                         (math.exp(next(iter(logs.values()))) if logs else None),
                         inf.Interval.of(est) if est is not None else None)
@@ -118,6 +120,8 @@ def note(ps: PromptSample) -> str:
     if ps.prompts < 2:
         return (f"{ps.prompts} prompt: its speedup is about that prompt alone and generalises to no other prompt of "
                 "the category")
+    if ps.interval is None:
+        return f"{ps.prompts} prompts, too few paired rounds for an interval (needs {sp.MIN_ROUNDS})"
     return (f"{ps.prompts} prompts: t-interval of the mean of the prompts' mean log speedups (rounds nested within "
             f"prompts) from their spread over prompts (t, {ps.prompts - 1} df): prompts like these, not only these")
 
@@ -143,8 +147,9 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
                                  tasks.index(k.task), order.get(k.strategy, len(order))))
     for key in keys:
         cell, base = table.cells[key], baselines[key.strategy]
-        every.append(prompt_logs(index, key, base))
-        ps = of_cell(index, key, base)
+        if cell.n >= sp.MIN_ROUNDS:
+            every.append(prompt_logs(index, key, base))
+        ps = of_cell(index, key, base, cell.n)
         suite, _, category = key.task.partition(".")
         out.append({"host": key.host, "strategy": key.strategy, "task": key.task, "suite": suite,
                     "category": category, "prompts": ps.prompts,

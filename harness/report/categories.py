@@ -17,6 +17,22 @@ COVERAGE = ("bench/prompt_coverage.py: it covered 94-97% of simulated categories
             "prompts like these, the interval for these prompts covered as little as 41%")
 
 
+#: Beyond these a 1-df interval's ends say only "far": shown as such rather than as 12-digit ratios.
+SHOWN_RANGE = (0.01, 100.0)
+
+
+def _span(lo: float, hi: float) -> str:
+    if SHOWN_RANGE[0] <= lo and hi <= SHOWN_RANGE[1]:
+        return fm.interval(lo, hi)
+    low = f"<{fm.num(SHOWN_RANGE[0])}" if lo < SHOWN_RANGE[0] else fm.num(lo)
+    high = f">{fm.num(SHOWN_RANGE[1], 0)}" if hi > SHOWN_RANGE[1] else fm.num(hi)
+    return f"[{low}, {high}]"
+
+
+def like_rounds(c: shapes.CategoryJson) -> int:
+    return (c["these_prompts"] or {}).get("n", 0)
+
+
 def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
     """The per-category table, or nothing for a run without prompt suites."""
     cats = summary.get("categories") or []
@@ -30,8 +46,12 @@ def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
         span = f" {fm.interval(these['low'], these['high'])}" if these.get("low") is not None else ""
         mark = marks.get(c["verdict"], "")
         like = c["like_these"] or {}
-        like_text = (f"{fm.ratio(c['like_these_speedup'])} {fm.interval(like['low'], like['high'])}"
-                     if like.get("low") is not None else "one prompt: generalises to no other prompt")
+        if like.get("low") is not None:
+            like_text = f"{fm.ratio(c['like_these_speedup'])} {_span(like['low'], like['high'])}"
+        elif c["prompts"] < 2:
+            like_text = "one prompt: generalises to no other prompt"
+        else:
+            like_text = f"? too few rounds ({like_rounds(c)})"
         rows.append([fm.md(who), fm.md(f"{c['suite']}/{c['category']}"), str(c["prompts"]),
                      f"{fm.ratio(c['speedup'])}{span} {mark}".rstrip() if c["speedup"] is not None else "-",
                      like_text])
