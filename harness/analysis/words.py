@@ -268,14 +268,27 @@ def power(pw: sp.Power) -> str:
     if pw.cells is None:
         return ""
     text = (f"With {pw.rounds} rounds at this noise a cell is marked ▲ from {fm.ratio(pw.cells)} (▼ below "
-            f"{fm.ratio(1 / pw.cells)}) when its noise is the table's median, from {fm.ratio(pw.noisiest)} in the "
-            "noisiest quarter")
+            f"{fm.ratio(1 / pw.cells)}) when its noise is the table's median, from {fm.ratio(pw.noisiest)} at the "
+            "noisiest quarter's edge")
     if pw.geomeans is not None:
         text += f", a geometric mean from {fm.ratio(pw.geomeans)}"
-    needs = [f"{fm.ratio(t)} needs about {n} rounds" if n else f"{fm.ratio(t)} is out of reach within 200 rounds"
-             for t, n in pw.rounds_for.items() if n is None or n > pw.rounds]
+    needs = [_rounds_needed(t, n, pw.rounds_range.get(t)) for t, n in pw.rounds_for.items()
+             if n is None or n > pw.rounds]
     return text + (" (about half of the cells with such a speedup are marked)" +
-                   (f"; at the median noise {', '.join(needs)}" if needs else "") + ".")
+                   (f"; a cell of the table's median noise {', '.join(needs)}" if needs else "") + ".")
+
+
+def _rounds_needed(target: float, n: int | None, bounds: tuple[int | None, int | None] | None) -> str:
+    """"1.10x needs about 14 rounds (9 to 17 over the uncertainty of that noise)" or out of reach."""
+    if not n:
+        return f"at {fm.ratio(target)} is out of reach within 200 rounds"
+    text = f"at {fm.ratio(target)} needs about {n} rounds to be marked half the time"
+    if bounds is None or bounds == (n, n):
+        return text
+    lo, hi = bounds
+    span = f"{lo} to {hi}" if hi else f"from {lo} to beyond 200"
+    return text + f" ({span} over the uncertainty of that median noise)"
+
 
 def _n(k: int, one: str, many: str | None = None) -> str:
     return f"{fm.count(k)} {one if k == 1 else many or one + 's'}"

@@ -816,6 +816,7 @@ class PowerJson(TypedDict):
     noisiest_quarter: float | None
     geomeans: float | None
     rounds_for: dict[str, int | None]
+    rounds_range: dict[str, list[int | None]]  # the rounds at the bounds of the median noise
     sentence: str
 
 
