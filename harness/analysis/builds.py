@@ -115,7 +115,9 @@ def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> shapes.Build
                          "moderated": iv.moderated, "note": words.interval_note(iv)},
             "verdict": {"kind": j.verdict.value, "p_differs": fm.rounded(j.p_differs, 6),
                         "p_within": fm.rounded(j.p_within, 6),
-                        "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family},
+                        "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
+                        "family_interval": None if (fi := s.family_interval()) is None or not fi.available
+                        else fi.bounds()},
             **({"tasks": list(s.tasks), "left_out": list(s.left_out)} if s.task is None else {})}
 
 

@@ -89,6 +89,15 @@ class Speedup:
     def n(self) -> int:
         return self.interval.n
 
+    def family_interval(self) -> inf.Interval | None:
+        """The interval at the family's first Holm step (confidence 1 - alpha / tests: Bonferroni's, which Holm's
+        marks never ask more than), None where the speedup was not judged. An unmarked "differs from 1" always has
+        this interval include 1, whatever its 95% interval says."""
+        j = self.judgement
+        if not j.family or self.est is None or not self.est.testable:
+            return None
+        return inf.Interval.of(self.est, 1 - inf.ALPHA / j.family)
+
 
 def paired_logs(index: CellIndex, key: CellKey, baseline: str) -> dict[int, float]:
     """Per round, the mean over the cell's prompts of log(strategy tok/s / baseline tok/s), each prompt paired

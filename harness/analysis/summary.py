@@ -49,7 +49,12 @@ def _verdict(s: Speedup) -> shapes.VerdictJson:
     j = s.judgement
     return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": fm.rounded(j.p_differs, 6),
             "p_within": fm.rounded(j.p_within, 6), "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
-            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4)}
+            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4),
+            "family_interval": _bounds(s.family_interval())}
+
+
+def _bounds(iv: inf.Interval | None) -> shapes.BoundsJson | None:
+    return None if iv is None or not iv.available else iv.bounds()
 
 
 def _prior(p: inf.Prior) -> shapes.PriorJson:

@@ -23,8 +23,8 @@ from harness.files import atomic_write_text
 from harness.report import builds as builds_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
+from harness.report import intervals, plotting
 from harness.report import lossless as lossless_report
-from harness.report import plotting
 from harness.report import tuning as tuning_report
 from harness.store import shapes
 from harness.store.rundir import RunDir
@@ -216,7 +216,7 @@ def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdic
         return f"{fm.ratio(estimate)} ? too few rounds ({(iv or {}).get('n', 0)})"
     mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {mark}".rstrip()
+    return f"{fm.ratio(estimate)}{span} {mark}".rstrip() + intervals.family_span(iv, verdict)
 
 
 def _speedups(v: View) -> str:
@@ -450,8 +450,12 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     views = [(name, View(sub)) for name, sub in builds_report.by_build(summary)]  # one per build
     throughput = [(name, _throughput(bv)) for name, bv in views]
     notes = [n for _, (_, ns) in throughput for n in ns]
+    fam = summary["family"]
+    braced = intervals.braces([(c.get("speedup_interval"), c.get("verdict")) for c in summary["cells"]]
+                    + [(g["interval"], g["verdict"]) for g in summary.get("geomeans", [])])
     parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
-              _family(summary["family"]) + builds_report.family_note(summary), ""]
+              _family(fam) + builds_report.family_note(summary)
+              + (" " + intervals.family_note(fam["tests"], fam["alpha"]) if braced and fam["tests"] else ""), ""]
     for name, bv in views:
         parts += builds_report.heading(summary, name) + [_speedups(bv), ""]
     parts += [f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]

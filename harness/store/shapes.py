@@ -35,8 +35,17 @@ class IntervalJson(TypedDict):
     scope: NotRequired[str]  # a geometric mean's interval over tasks like these
 
 
+class BoundsJson(TypedDict):
+    """An interval's ends at a stated confidence (a family-level interval beside the 95% one)."""
+
+    low: float | None
+    high: float | None
+    confidence: float | None
+
+
 class VerdictJson(TypedDict):
-    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures."""
+    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures;
+    `family_interval` its interval at the family's first Holm step (None where not judged)."""
 
     kind: str
     rule: str
@@ -45,6 +54,7 @@ class VerdictJson(TypedDict):
     p_adjusted: float | None
     family: int
     smallest_marked: float | None
+    family_interval: BoundsJson | None
 
 
 class Failure(TypedDict):
@@ -696,6 +706,7 @@ class BuildVerdict(TypedDict):
     p_within: float | None
     p_adjusted: float | None
     family: int
+    family_interval: BoundsJson | None
 
 
 class BuildFigure(TypedDict):
