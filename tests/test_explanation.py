@@ -90,8 +90,17 @@ def test_tokens_per_pass_is_the_servers_count_and_the_cause_is_named(summaries):
     assert rows[("ngram-simple", "code-edit")]["cause"] == "nothing drafted"
     # ngram-cache drafts a little and accepts none: even full acceptance would give 1.07 tok/pass
     assert rows[("ngram-cache", "long-ctx")]["acceptance"] == 0
-    faster = [x for x in summaries["real-gemma3-270m"]["decomposition"] if x["speedup"] > 1.2]
-    assert faster and all(x["cause"] == "tokens per pass pay" for x in faster)
+    # a cause is named only where the speedup is marked: an unmarked estimate's side of 1 is noise
+    for name in ("demo-cpu", "real-gemma3-270m"):
+        verdicts = {(c["strategy"], c["task"]): (c["verdict"] or {}).get("kind") for c in summaries[name]["cells"]}
+        for x in summaries[name]["decomposition"]:
+            kind = verdicts[(x["strategy"], x["task"])]
+            if x["cause"] != "nothing drafted":
+                assert x["cause"] == {"faster": "tokens per pass pay", "equivalent": "gain and cost balance"}.get(
+                    kind, "not decided" if kind != "slower" else x["cause"]), (name, x["strategy"], x["task"])
+                assert (x["cause"] in ("acceptance too low", "each step too expensive")) == (kind == "slower")
+    gemma = summaries["real-gemma3-270m"]["decomposition"]
+    assert any(x["speedup"] > 1.2 and x["cause"] == "not decided" for x in gemma)
 
 
 def test_rule_picks_the_factor_further_from_its_ideal():
