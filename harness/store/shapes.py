@@ -975,6 +975,7 @@ class DifferenceJson(TypedDict):
     a: Any
     b: Any
     blocking: bool
+    kind: str  # environment (build, models, hardware) or workload (harness/analysis/workload.py)
 
 
 class Worst(TypedDict):
@@ -992,6 +993,7 @@ class CompareJson(TypedDict):
     b: RunRefJson
     differences: list[DifferenceJson]
     comparable: bool
+    shared_records: list[int]  # B's records that are A's, B's records
     rows: list[ComparedCell]
     geomeans: list[ComparedCell]
     counts: dict[str, int]
