@@ -375,8 +375,17 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             reuse_server=reuse_server, seed=seed, progress=not no_progress,
             engines=engines, until=until_f, max_rounds=max_rounds,
             aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait,
-            distribution=distribution)
+            distribution=distribution, said=_headline)
     print(out)
+
+
+def _headline(run_dir: Path) -> str:
+    """What a finished run says, for the end of `invoke run` (harness/report/headline.py)."""
+    from harness.analysis.summary import summarize
+    from harness.report import headline
+    from harness.store.rundir import RunDir
+
+    return headline.terminal(summarize(RunDir.open(run_dir)))
 
 
 @task(auto_shortflags=False, positional=[], help={
@@ -393,6 +402,9 @@ def report(c, run_dir=None, out=None, no_plot=False):
     written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
+    said = rp.headlines(dirs)
+    if said:
+        print("\n" + said)
 
 
 @task(auto_shortflags=False, help={

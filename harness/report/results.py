@@ -23,7 +23,7 @@ from harness.files import atomic_write_text
 from harness.report import builds as builds_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
-from harness.report import intervals, plotting
+from harness.report import headline, intervals, plotting
 from harness.report import lossless as lossless_report
 from harness.report import tuning as tuning_report
 from harness.store import shapes
@@ -440,7 +440,7 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
-    parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
+    parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta), ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
         return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts))
     if summary["protocol"] == "reuse-server":
@@ -602,6 +602,15 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: shapes.Summar
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
     return plotting.save(plt, fig, path)
+
+
+def headlines(run_dirs: list[Path]) -> str:
+    """What each run says (harness/report/headline.py), from the summary.json `write` left in its folder."""
+    out = []
+    for d in run_dirs:
+        text = headline.terminal(json.loads((RunDir.open(d).path / "summary.json").read_text(encoding="utf-8")))
+        out += [text, ""] if text else []
+    return "\n".join(out).rstrip()
 
 
 def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
