@@ -46,7 +46,9 @@ def lines(summary: shapes.Summary, esc: Callable[[str], str] = fm.console) -> li
     out = [f"{esc(summary['run_id'])}: {len(geos)} strateg{'ies' if len(geos) != 1 else 'y'} x "
            f"{len(summary['tasks'])} task{'s' if len(summary['tasks']) != 1 else ''}, {rounds} "
            f"round{'s' if rounds != 1 else ''} planned; geometric-mean speedup over tasks (95% interval"
-           + (f"; marks judged as one family of {tests} tests, Holm at 5%):" if tests else "):")]
+           + (f"; marks judged as one family of {tests} tests, Holm at 5%" if tests else "")
+           + ("; {…}: the interval at the level of Holm's first step, beside an unmarked one whose 95% interval "
+              "excludes 1" if intervals.braces([(g["interval"], g["verdict"]) for g in geos]) else "") + "):"]
     width = max(len(_who(g["host"], g["strategy"], several, esc)) for g in geos)
     for g in geos:
         who = _who(g["host"], g["strategy"], several, esc)
