@@ -290,7 +290,9 @@ def test_report_shows_the_sections_and_the_plots(tmp_path):
     # by position: the Vulkan run's plot beside its speedup plot; the CPU runs say once why they have none
     assert "plot.png) ![acceptance by draft position](demo-vulkan/positions.png)" in text
     assert (tmp_path / "demo-vulkan" / "positions.png").read_bytes()[:4] == b"\x89PNG"
-    assert text.count(explanation.NO_POSITIONS.replace("`", "\\`").replace("_", "\\_")) == 3
+    said = [explanation.NO_POSITIONS.format(build=b).replace("`", "\\`").replace("_", "\\_") for b in (
+        "this run's build (b11434)", "b11434 (where the kit measured it; not checked on this run's b10502)")]
+    assert sum(text.count(x) for x in said) == 3
     # the cache trap: only the naive run has it, with its plot
     assert text.count("### Request by request in one server") == 1
     assert (tmp_path / "real-gemma3-270m-naive" / "requests.png").is_file()
@@ -332,3 +334,13 @@ def test_a_request_whose_acceptance_line_is_logged_after_its_response_is_waited_
     assert out["draft_calls"]["calls"] == 29 and out["draft_acceptance"]["accepted"] == 98 and seen == {0}
     # the same server's next request: its earlier task is left out
     assert "draft_calls" not in protocol.server_statistics(SimpleNamespace(log=log), item, seen)
+
+
+def test_build_facts_are_said_of_the_runs_own_builds(summaries):
+    from harness.analysis import builds as bl
+
+    assert bl.measured_on(["b11434"]) == "this run's build (b11434)"
+    assert bl.measured_on(["b11434", "b10502"]).endswith("not checked on this run's b10502)")
+    note = summaries["builds-gemma3-270m"]["positions"]["note"]
+    assert note and "not checked on this run's b10502" in note
+    assert summaries["demo-cpu"]["positions"]["note"].startswith("this run's build (b11434) prints")

@@ -38,6 +38,26 @@ RULE = ("B/A of tok/s: the same strategy, task and prompt on build B over build 
         "±2%, · not significant, ? too few rounds).")
 
 
+#: The llama.cpp build whose server behaviour the kit's fixed sentences were measured on (/work/shared/DESIGN.md:
+#: acceptance by draft position at trace level only, exact-match verification by default).
+MEASURED_BUILD = 11434
+
+
+def build_names(meta: RunMeta) -> list[str]:
+    """The run's builds as llama.cpp names them ('b11434'), in the run's order, each once."""
+    return list(dict.fromkeys(f"b{r.source.get('build_number')}" for r in meta.build_records().values()))
+
+
+def measured_on(names: list[str]) -> str:
+    """Which build a fact of the server was measured on, said against the run's own builds: 'this run's build
+    (b11434)' where they are the one measured, else the measured build with the run's named as not checked."""
+    measured = f"b{MEASURED_BUILD}"
+    if names == [measured]:
+        return f"this run's build ({measured})"
+    others = [n for n in names if n != measured]
+    return f"{measured} (where the kit measured it; not checked on this run's {', '.join(others)})"
+
+
 def source_text(record: BuildRecord) -> str:
     """A build record's source in a few words: llama.cpp build, commit, and where the tree came from."""
     src = record.source

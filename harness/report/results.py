@@ -442,7 +442,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     v = View(summary)
     parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta), ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
-        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts))
+        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts,
+                                                                builds.measured_on(builds.build_names(meta))))
     if summary["protocol"] == "reuse-server":
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
@@ -507,7 +508,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
-    parts += lossless_report.section(summary.get("distribution"), v.several_hosts)
+    parts += lossless_report.section(summary.get("distribution"), v.several_hosts,
+                                     builds.measured_on(builds.build_names(meta)))
     conc = _concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
