@@ -92,9 +92,10 @@ def pairs(meta: RunMeta, a: str, b: str) -> list[tuple[str, StrategyMeta, Strate
     return [(key, s, on_b[key]) for s in planned if s.build == a and (key := across(s.id, a)) in on_b]
 
 
-def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComparison:
-    """Build b against build a: B/A of tok/s and of speedup per strategy and task (and over tasks), and where
-    the output changed."""
+def paired(meta: RunMeta, index: CellIndex, a: str, b: str
+           ) -> tuple[dict[CellKey, dict[int, float]], dict[CellKey, dict[int, float]], dict[str, str]]:
+    """Per cell (named across builds) and round: log of B's tok/s over A's, and log of B's speedup over A's; with
+    each cell's A strategy (what `table_of` calls its baseline)."""
     ps = pairs(meta, a, b)
     hosts, tasks = meta.plan.hosts, meta.plan.tasks
     tok_logs: dict[CellKey, dict[int, float]] = {}
@@ -108,7 +109,15 @@ def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComp
                     la = sp.paired_logs(index, CellKey(host, sa.id, t), sa.baseline)
                     lb = sp.paired_logs(index, CellKey(host, sb.id, t), sb.baseline)
                     speed_logs[k] = {r: lb[r] - la[r] for r in sorted(lb.keys() & la.keys())}
-    against = {key: sa.id for key, sa, _ in ps}
+    return tok_logs, speed_logs, {key: sa.id for key, sa, _ in ps}
+
+
+def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComparison:
+    """Build b against build a: B/A of tok/s and of speedup per strategy and task (and over tasks), and where
+    the output changed."""
+    ps = pairs(meta, a, b)
+    hosts, tasks = meta.plan.hosts, meta.plan.tasks
+    tok_logs, speed_logs, against = paired(meta, index, a, b)
     tok = sp.table_of(tok_logs, against, hosts)
     speed = sp.table_of(speed_logs, against, hosts)
     names = {key: (sa.id, sb.id) for key, sa, sb in ps}
@@ -122,7 +131,14 @@ def _table(t: sp.SpeedupTable, names: Mapping[str, tuple[str, str]]) -> shapes.B
             "geomeans": [_figure(g, names) for g in t.geomeans],
             "family": {"cells": len([c for c in t.cells.values() if c.judgement.family]),
                        "geomeans": len([g for g in t.geomeans if g.judgement.family]), "tests": t.family_size,
-                       "method": "holm", "alpha": inf.ALPHA}}
+                       "method": "holm", "alpha": inf.ALPHA, "power": _power(t.power())}}
+
+
+def _power(pw: sp.Power) -> shapes.BuildPower:
+    """What a builds table's rounds could mark: the B/A below which a cell of median noise is marked ▼ (▲ above the
+    reciprocal) about half the time (speedups.half_marked); bench/builds_power.py checks it by simulation."""
+    return {"rounds": pw.rounds, "cells_below": fm.rounded(1 / pw.half, 4) if pw.half else None,
+            "sentence": words.builds_power(pw)}
 
 
 def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> shapes.BuildFigure:

@@ -278,6 +278,15 @@ def power(pw: sp.Power) -> str:
                    (f"; a cell of the table's median noise {', '.join(needs)}" if needs else "") + ".")
 
 
+def builds_power(pw: sp.Power) -> str:
+    """What a table of one build against another could mark, in one sentence (empty without a judged cell)."""
+    if pw.half is None:
+        return ""
+    return (f"With {pw.rounds} rounds at this noise a cell of the table's median noise is marked ▼ about half the "
+            f"time when its true B/A is {fm.ratio(1 / pw.half)} (▲ at {fm.ratio(pw.half)}): a cell without a mark "
+            "says little of a change smaller than that.")
+
+
 def _rounds_needed(target: float, n: int | None, bounds: tuple[int | None, int | None] | None) -> str:
     """"1.10x needs about 14 rounds (9 to 17 over the uncertainty of that noise)" or out of reach."""
     if not n:

@@ -109,7 +109,8 @@ def _family(table: shapes.BuildTable) -> str:
     braced = intervals.braces([(f["interval"], f["verdict"]) for f in [*table["cells"], *table["geomeans"]]])
     return (f"One family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
             f"mean{'s' if fam['geomeans'] != 1 else ''} over tasks, {fam['tests']} tests, Holm's procedure at 5%."
-            + (" " + intervals.family_note(fam["tests"], fam["alpha"]) if braced else ""))
+            + (" " + intervals.family_note(fam["tests"], fam["alpha"]) if braced else "")
+            + (" " + fam["power"]["sentence"] if fam.get("power", {}).get("sentence") else ""))
 
 
 def _outputs(out: shapes.OutputChanges, several_hosts: bool) -> list[str]:

@@ -725,12 +725,22 @@ class BuildFigure(TypedDict):
     left_out: NotRequired[list[str]]
 
 
+class BuildPower(TypedDict):
+    """What a builds table's rounds could mark: the B/A below which a cell of median noise is marked ▼ about half
+    the time."""
+
+    rounds: int
+    cells_below: float | None
+    sentence: str
+
+
 class TableFamily(TypedDict):
     cells: int
     geomeans: int
     tests: int
     method: str
     alpha: float
+    power: NotRequired[BuildPower]
 
 
 class BuildTable(TypedDict):
