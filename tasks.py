@@ -451,10 +451,14 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
 @kit_errors
 def bundle(c, run_dir, out=None, manifest_dir=None):
     """Write one archive with a run's manifest, prompts, run folder and RESULTS.md, for someone to reproduce."""
+    from harness.report import results as rp
     from harness.share import bundle as bu
 
     path = bu.make(Path(run_dir), Path(out) if out else None, Path(manifest_dir) if manifest_dir else None)
     print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)")
+    said = rp.reach_text(Path(run_dir))
+    if said:
+        print(console_lines(said))
 
 
 @task(auto_shortflags=False, help={

@@ -337,10 +337,10 @@ def test_a_request_whose_acceptance_line_is_logged_after_its_response_is_waited_
 
 
 def test_build_facts_are_said_of_the_runs_own_builds(summaries):
-    from harness.analysis import builds as bl
+    from harness.analysis import builds
 
-    assert bl.measured_on(["b11434"]) == "this run's build (b11434)"
-    assert bl.measured_on(["b11434", "b10502"]).endswith("not checked on this run's b10502)")
+    assert builds.measured_on(["b11434"]) == "this run's build (b11434)"
+    assert builds.measured_on(["b11434", "b10502"]).endswith("not checked on this run's b10502)")
     note = summaries["builds-gemma3-270m"]["positions"]["note"]
     assert note and "not checked on this run's b10502" in note
     assert summaries["demo-cpu"]["positions"]["note"].startswith("this run's build (b11434) prints")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from harness.analysis import acceptance as acc
-from harness.analysis import builds as bl
+from harness.analysis import builds
 from harness.analysis import decomposition as dc
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import SpeedupTable
@@ -23,7 +23,7 @@ NO_POSITIONS = ("{build} prints acceptance by draft position only at trace level
 
 def no_positions(meta: RunMeta) -> str:
     """NO_POSITIONS said of the run's own builds."""
-    return NO_POSITIONS.format(build=bl.measured_on(bl.build_names(meta)))
+    return NO_POSITIONS.format(build=builds.measured_on(builds.build_names(meta)))
 
 
 def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None],

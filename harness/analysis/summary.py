@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
+from harness.analysis import builds, checks, completion, explanation, gaps, lossless, reach, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -76,6 +76,19 @@ def _family(table: sp.SpeedupTable) -> shapes.FamilyJson:
                       "rounds_for": {fm.fixed(t, 2): n for t, n in pw.rounds_for.items()},
                       "rounds_range": {fm.fixed(t, 2): list(r) for t, r in pw.rounds_range.items()},
                       "sentence": words.power(pw)}}
+
+
+def _reach(table: sp.SpeedupTable, run_id: str) -> shapes.ReachJson | None:
+    """What a reproduction of this run can confirm (harness/analysis/reach.py), None without a judged geometric
+    mean."""
+    r = reach.reach(table)
+    if r is None:
+        return None
+    return {"geomeans_best": fm.rounded(r.geomeans_best, 4), "cells_best": fm.rounded(r.cells_best, 4),
+            "geomeans_same_rounds": fm.rounded(r.geomeans_same, 4), "cells_same_rounds": fm.rounded(r.cells_same, 4),
+            "rounds": r.rounds, "margin": r.margin, "cell_margin": r.cell_margin,
+            "rounds_for_margin": r.rounds_for_margin, "rounds_for_cell_margin": r.rounds_for_cells,
+            "command": words.reach_command(r, run_id), "sentence": words.reach(r, run_id)}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -145,6 +158,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
         "geomeans": [_geomean(g) for g in table.geomeans],
         "family": _family(table),
+        "reproduction_reach": _reach(table, meta.run_id),
         "interference": interference,
         "checks_ran": checks_ran(cells, interference, meta),
         "rules": {"speedup": words.speedup_rule(),

@@ -11,6 +11,7 @@ from harness.analysis import contamination as ct
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
 from harness.analysis import stability as st
+from harness.analysis.reach import Reach
 from harness.analysis.reproduction import Call, Reproduction, Row
 
 
@@ -276,6 +277,29 @@ def power(pw: sp.Power) -> str:
              if n is None or n > pw.rounds]
     return text + (" (about half of the cells with such a speedup are marked)" +
                    (f"; a cell of the table's median noise {', '.join(needs)}" if needs else "") + ".")
+
+
+def reach(r: Reach, run_id: str) -> str:
+    """How well a reproduction of this run can confirm it, the rounds B needs, and the command that tightens it."""
+    def rounds(n: int | None, margin: float, what: str) -> str:
+        if n is None:
+            return f"±{fm.pct(margin)} for {what} is out of reach by adding rounds to B alone"
+        return f"±{fm.pct(margin)} for {what} needs about {n} rounds in B"
+
+    text = (f"a reproduction can confirm this run's geometric means within ±{fm.pct(r.geomeans_best, 1)} at best "
+            f"(±{fm.pct(r.geomeans_same, 1)} with a B of its {r.rounds} rounds)")
+    if r.cells_best is not None and r.cells_same is not None:
+        text += f" and every cell within ±{fm.pct(r.cells_best)} (±{fm.pct(r.cells_same)})"
+    text += (f"; with this run's noise, {rounds(r.rounds_for_margin, r.margin, 'the geometric means')}, "
+             f"{rounds(r.rounds_for_cells, r.cell_margin, 'every cell')}")
+    if r.rounds_for_margin is None or r.rounds_for_cells is None:
+        text += f"; rounds added here tighten it: `{reach_command(r, run_id)}`"
+    return text
+
+
+def reach_command(r: Reach, run_id: str) -> str:
+    """The command that narrows this run's own intervals (every cell's to half the cell margin)."""
+    return f"invoke run --resume {run_id} --until {fm.pct(r.cell_margin / 2)}"
 
 
 def builds_power(pw: sp.Power) -> str:

@@ -148,6 +148,9 @@ def _header(summary: shapes.Summary, meta: RunMeta) -> str:
     unconfirmed = _unconfirmed(meta)
     if unconfirmed:
         rows.insert(2, ("plan", unconfirmed))
+    reach = summary.get("reproduction_reach")
+    if reach:
+        rows.append(("reproduction", fm.md(reach["sentence"][0].upper() + reach["sentence"][1:], 1000)))
     qw = summary.get("quiet_wait")
     if qw:
         rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
@@ -604,6 +607,14 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: shapes.Summar
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
     return plotting.save(plt, fig, path)
+
+
+def reach_text(run_dir: Path) -> str:
+    """How well a reproduction of the run can confirm it (summary.json's `reproduction_reach`, as `write` left it
+    in the run folder), '' without one."""
+    summary = json.loads((RunDir.open(run_dir).path / "summary.json").read_text(encoding="utf-8"))
+    reach = summary.get("reproduction_reach")
+    return f"reproduction: {reach['sentence']}" if reach else ""
 
 
 def headlines(run_dirs: list[Path]) -> str:

@@ -841,6 +841,23 @@ class PowerJson(TypedDict):
     sentence: str
 
 
+class ReachJson(TypedDict):
+    """What a reproduction of the run can confirm (harness/analysis/reach.py): margins at best and with a B of the
+    run's rounds, B's rounds for the default margins (None: out of reach), and the command that tightens them."""
+
+    geomeans_best: float | None
+    cells_best: float | None
+    geomeans_same_rounds: float | None
+    cells_same_rounds: float | None
+    rounds: int
+    margin: float
+    cell_margin: float
+    rounds_for_margin: int | None
+    rounds_for_cell_margin: int | None
+    command: str
+    sentence: str
+
+
 class FamilyJson(TypedDict):
     """The family the printed table's marks are judged in."""
 
@@ -1046,6 +1063,7 @@ class Summary(TypedDict):
     determinism: dict[str, DeterminismTotal]
     geomeans: list[Geomean]
     family: FamilyJson
+    reproduction_reach: ReachJson | None
     interference: dict[str, HostInterference]
     checks_ran: list[CheckRan]
     rules: dict[str, str]
