@@ -133,6 +133,7 @@ class Power:
     rounds_for: dict[float, int | None]
     rounds_range: dict[float, tuple[int | None, int | None]] = field(default_factory=dict)
     half: float | None = None  # the speedup a cell of the median noise is marked with about half the time
+    noise: float | None = None  # the table's median per-round variance the projection uses (`Noise.variance`)
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ class SpeedupTable:
         half = half_marked(noise, rounds)
         return Power(fam, rounds, math.exp(small[len(small) // 2]),
                      math.exp(small[(3 * len(small)) // 4]), math.exp(statistics.median(geo)) if geo else None,
-                     need, spread, None if half is None else math.exp(half))
+                     need, spread, None if half is None else math.exp(half), None if noise is None else noise.variance)
 
 
 def half_marked(noise: Noise | None, rounds: int) -> float | None:

@@ -75,6 +75,7 @@ def _family(table: sp.SpeedupTable) -> shapes.FamilyJson:
                       "noisiest_quarter": fm.rounded(pw.noisiest, 4), "geomeans": fm.rounded(pw.geomeans, 4),
                       "rounds_for": {fm.fixed(t, 2): n for t, n in pw.rounds_for.items()},
                       "rounds_range": {fm.fixed(t, 2): list(r) for t, r in pw.rounds_range.items()},
+                      "noise": fm.rounded(pw.noise, 6),
                       "sentence": words.power(pw)}}
 
 

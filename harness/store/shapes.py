@@ -838,6 +838,7 @@ class PowerJson(TypedDict):
     geomeans: float | None
     rounds_for: dict[str, int | None]
     rounds_range: dict[str, list[int | None]]  # the rounds at the bounds of the median noise
+    noise: float | None  # the median per-round variance of the paired log ratios the projection uses
     sentence: str
 
 
