@@ -57,3 +57,12 @@ def test_invoke_report_ends_with_the_headline(tmp_path):
     assert said and res.stdout.rstrip().endswith(said)
     text = (tmp_path / "R.md").read_text()
     assert text.index("### What this run says") < text.index("| manifest ")
+
+
+def test_invoke_run_ends_with_the_headline_of_the_run_it_made(world, models_dir):
+    import tasks
+    from tests.fake_engine import fake, run_demo
+
+    out = run_demo(world, models_dir, [fake()], said=tasks._headline)
+    said = headline.terminal(summarize(RunDir.open(world / "r" / "fake")))
+    assert said and out.endswith("\n\n" + said) and said.startswith("fake: ")
