@@ -382,8 +382,17 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             reuse_server=reuse_server, seed=seed, progress=not no_progress,
             engines=engines, until=until_f, max_rounds=max_rounds,
             aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait,
-            distribution=distribution)
+            distribution=distribution, said=_headline)
     print(out)
+
+
+def _headline(run_dir: Path) -> str:
+    """What a finished run says, for the end of `invoke run` (harness/report/headline.py)."""
+    from harness.analysis.summary import summarize
+    from harness.report import headline
+    from harness.store.rundir import RunDir
+
+    return headline.terminal(summarize(RunDir.open(run_dir)))
 
 
 @task(auto_shortflags=False, positional=[], help={
@@ -400,6 +409,9 @@ def report(c, run_dir=None, out=None, no_plot=False):
     written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
+    said = rp.headlines(dirs)
+    if said:
+        print("\n" + said)
 
 
 @task(auto_shortflags=False, help={
@@ -446,10 +458,14 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
 @kit_errors
 def bundle(c, run_dir, out=None, manifest_dir=None):
     """Write one archive with a run's manifest, prompts, run folder and RESULTS.md, for someone to reproduce."""
+    from harness.report import results as rp
     from harness.share import bundle as bu
 
     path = bu.make(Path(run_dir), Path(out) if out else None, Path(manifest_dir) if manifest_dir else None)
     print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)")
+    said = rp.reach_text(Path(run_dir))
+    if said:
+        print(console_lines(said))
 
 
 @task(auto_shortflags=False, help={

@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
+from harness.analysis import builds, checks, completion, explanation, gaps, lossless, reach, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import prompt_sample as suite_categories
@@ -50,7 +50,12 @@ def _verdict(s: Speedup) -> shapes.VerdictJson:
     j = s.judgement
     return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": fm.rounded(j.p_differs, 6),
             "p_within": fm.rounded(j.p_within, 6), "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
-            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4)}
+            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4),
+            "family_interval": _bounds(s.family_interval())}
+
+
+def _bounds(iv: inf.Interval | None) -> shapes.BoundsJson | None:
+    return None if iv is None or not iv.available else iv.bounds()
 
 
 def _prior(p: inf.Prior) -> shapes.PriorJson:
@@ -70,7 +75,22 @@ def _family(table: sp.SpeedupTable) -> shapes.FamilyJson:
             "power": {"family": pw.family, "rounds": pw.rounds, "cells": fm.rounded(pw.cells, 4),
                       "noisiest_quarter": fm.rounded(pw.noisiest, 4), "geomeans": fm.rounded(pw.geomeans, 4),
                       "rounds_for": {fm.fixed(t, 2): n for t, n in pw.rounds_for.items()},
+                      "rounds_range": {fm.fixed(t, 2): list(r) for t, r in pw.rounds_range.items()},
+                      "noise": fm.rounded(pw.noise, 6),
                       "sentence": words.power(pw)}}
+
+
+def _reach(table: sp.SpeedupTable, run_id: str) -> shapes.ReachJson | None:
+    """What a reproduction of this run can confirm (harness/analysis/reach.py), None without a judged geometric
+    mean."""
+    r = reach.reach(table)
+    if r is None:
+        return None
+    return {"geomeans_best": fm.rounded(r.geomeans_best, 4), "cells_best": fm.rounded(r.cells_best, 4),
+            "geomeans_same_rounds": fm.rounded(r.geomeans_same, 4), "cells_same_rounds": fm.rounded(r.cells_same, 4),
+            "rounds": r.rounds, "margin": r.margin, "cell_margin": r.cell_margin,
+            "rounds_for_margin": r.rounds_for_margin, "rounds_for_cell_margin": r.rounds_for_cells,
+            "command": words.reach_command(r, run_id), "sentence": words.reach(r, run_id)}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -140,6 +160,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
         "geomeans": [_geomean(g) for g in table.geomeans],
         "family": _family(table),
+        "reproduction_reach": _reach(table, meta.run_id),
         "interference": interference,
         "checks_ran": checks_ran(cells, interference, meta),
         "rules": {"speedup": words.speedup_rule(),

@@ -120,8 +120,9 @@ def power(study: shapes.StudySummary) -> str:
             "so \"no difference detected\" below says little. Draw more samples (`invoke run --distribution N`).")
 
 
-def section(study: shapes.StudySummary | None, several_hosts: bool = False) -> list[str]:
-    """The RESULTS.md section of a run's sampling study (nothing for a run without one)."""
+def section(study: shapes.StudySummary | None, several_hosts: bool = False, build: str = "b11434") -> list[str]:
+    """The RESULTS.md section of a run's sampling study (nothing for a run without one); `build`: which build its
+    server facts are said of (harness/analysis/builds.py `measured_on`)."""
     if not study:
         return []
     st = study["settings"]
@@ -142,12 +143,12 @@ def section(study: shapes.StudySummary | None, several_hosts: bool = False) -> l
     div = divergences(study, several_hosts)
     if div:
         lines += ["Where samples left the baseline's with the same seed:", "", *div, ""]
-    lines += [f"> {RULE.format(m=st['prefix'])}", ""]
+    lines += [f"> {RULE.format(m=st['prefix'], build=fm.md(build))}", ""]
     return lines
 
 
-RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-match verification (b11434's "
-        "default: drafts taken greedily, each checked against the token the target samples itself with the same "
+RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-match verification (the default "
+        "of {build}: drafts taken greedily, each checked against the token the target samples itself with the same "
         "random numbers) should reproduce the baseline token for token; a divergence to a neighbour of the "
         "baseline's token in its ranking (choice 1→2: the same random number falls just across the boundary) points "
         "at the verification pass's probabilities differing slightly from the baseline's one-token passes, not at "

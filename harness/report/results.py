@@ -24,8 +24,8 @@ from harness.report import builds as builds_report
 from harness.report import categories as categories_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
+from harness.report import headline, intervals, plotting
 from harness.report import lossless as lossless_report
-from harness.report import plotting
 from harness.report import tuning as tuning_report
 from harness.store import shapes
 from harness.store.rundir import RunDir
@@ -149,6 +149,9 @@ def _header(summary: shapes.Summary, meta: RunMeta) -> str:
     unconfirmed = _unconfirmed(meta)
     if unconfirmed:
         rows.insert(2, ("plan", unconfirmed))
+    reach = summary.get("reproduction_reach")
+    if reach:
+        rows.append(("reproduction", fm.md(reach["sentence"][0].upper() + reach["sentence"][1:], 1000)))
     qw = summary.get("quiet_wait")
     if qw:
         rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
@@ -217,7 +220,7 @@ def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdic
         return f"{fm.ratio(estimate)} ? too few rounds ({(iv or {}).get('n', 0)})"
     mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {mark}".rstrip()
+    return f"{fm.ratio(estimate)}{span} {mark}".rstrip() + intervals.family_span(iv, verdict)
 
 
 def _speedups(v: View) -> str:
@@ -441,9 +444,10 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
-    parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
+    parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta), ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
-        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts))
+        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts,
+                                                                builds.measured_on(builds.build_names(meta))))
     if summary["protocol"] == "reuse-server":
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
@@ -451,8 +455,12 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     views = [(name, View(sub)) for name, sub in builds_report.by_build(summary)]  # one per build
     throughput = [(name, _throughput(bv)) for name, bv in views]
     notes = [n for _, (_, ns) in throughput for n in ns]
+    fam = summary["family"]
+    braced = intervals.braces([(c.get("speedup_interval"), c.get("verdict")) for c in summary["cells"]]
+                    + [(g["interval"], g["verdict"]) for g in summary.get("geomeans", [])])
     parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
-              _family(summary["family"]) + builds_report.family_note(summary), ""]
+              _family(fam) + builds_report.family_note(summary)
+              + (" " + intervals.family_note(fam["tests"], fam["alpha"]) if braced and fam["tests"] else ""), ""]
     for name, bv in views:
         parts += builds_report.heading(summary, name) + [_speedups(bv), ""]
     parts += [f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
@@ -505,7 +513,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
-    parts += lossless_report.section(summary.get("distribution"), v.several_hosts)
+    parts += lossless_report.section(summary.get("distribution"), v.several_hosts,
+                                     builds.measured_on(builds.build_names(meta)))
     conc = _concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
@@ -600,6 +609,23 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: shapes.Summar
     for text in ax.legend(fontsize=7, ncol=max(1, len(cols) // 6)).get_texts():
         text.set_parse_math(False)
     return plotting.save(plt, fig, path)
+
+
+def reach_text(run_dir: Path) -> str:
+    """How well a reproduction of the run can confirm it (summary.json's `reproduction_reach`, as `write` left it
+    in the run folder), '' without one."""
+    summary = json.loads((RunDir.open(run_dir).path / "summary.json").read_text(encoding="utf-8"))
+    reach = summary.get("reproduction_reach")
+    return f"reproduction: {reach['sentence']}" if reach else ""
+
+
+def headlines(run_dirs: list[Path]) -> str:
+    """What each run says (harness/report/headline.py), from the summary.json `write` left in its folder."""
+    out = []
+    for d in run_dirs:
+        text = headline.terminal(json.loads((RunDir.open(d).path / "summary.json").read_text(encoding="utf-8")))
+        out += [text, ""] if text else []
+    return "\n".join(out).rstrip()
 
 
 def write(run_dirs: list[Path], out_path: Path, plot: bool = True,

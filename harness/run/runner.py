@@ -126,8 +126,9 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
         retakes: int | None = None, extend: Extender | None = None, quiet_wait: float | None = None,
-        distribution: int | None = None) -> str:
-    """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
+        distribution: int | None = None, said: Callable[[Path], str] | None = None) -> str:
+    """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are, and
+    after it what `said` makes of the run folder (the caller's headline: tasks.py passes harness/report's).
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
@@ -201,8 +202,10 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         _say_changes(rd, meta, changes, plan, log)
     if extend is None and until is not None:
         extend = converge(until)
-    return _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
-                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn)
+    out = _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
+                   {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn)
+    told = said(rd.path) if said is not None else ""
+    return out + (f"\n\n{told}" if told else "")
 
 
 def _plans(manifest: mf.Manifest, hosts: list[str], settings: mf.Distribution | None, alone: bool,

@@ -35,8 +35,17 @@ class IntervalJson(TypedDict):
     scope: NotRequired[str]  # a geometric mean's interval over tasks like these
 
 
+class BoundsJson(TypedDict):
+    """An interval's ends at a stated confidence (a family-level interval beside the 95% one)."""
+
+    low: float | None
+    high: float | None
+    confidence: float | None
+
+
 class VerdictJson(TypedDict):
-    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures."""
+    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures;
+    `family_interval` its interval at the family's first Holm step (None where not judged)."""
 
     kind: str
     rule: str
@@ -45,6 +54,7 @@ class VerdictJson(TypedDict):
     p_adjusted: float | None
     family: int
     smallest_marked: float | None
+    family_interval: BoundsJson | None
 
 
 class Failure(TypedDict):
@@ -696,6 +706,7 @@ class BuildVerdict(TypedDict):
     p_within: float | None
     p_adjusted: float | None
     family: int
+    family_interval: BoundsJson | None
 
 
 class BuildFigure(TypedDict):
@@ -714,12 +725,22 @@ class BuildFigure(TypedDict):
     left_out: NotRequired[list[str]]
 
 
+class BuildPower(TypedDict):
+    """What a builds table's rounds could mark: the B/A below which a cell of median noise is marked ▼ about half
+    the time."""
+
+    rounds: int
+    cells_below: float | None
+    sentence: str
+
+
 class TableFamily(TypedDict):
     cells: int
     geomeans: int
     tests: int
     method: str
     alpha: float
+    power: NotRequired[BuildPower]
 
 
 class BuildTable(TypedDict):
@@ -816,6 +837,25 @@ class PowerJson(TypedDict):
     noisiest_quarter: float | None
     geomeans: float | None
     rounds_for: dict[str, int | None]
+    rounds_range: dict[str, list[int | None]]  # the rounds at the bounds of the median noise
+    noise: float | None  # the median per-round variance of the paired log ratios the projection uses
+    sentence: str
+
+
+class ReachJson(TypedDict):
+    """What a reproduction of the run can confirm (harness/analysis/reach.py): margins at best and with a B of the
+    run's rounds, B's rounds for the default margins (None: out of reach), and the command that tightens them."""
+
+    geomeans_best: float | None
+    cells_best: float | None
+    geomeans_same_rounds: float | None
+    cells_same_rounds: float | None
+    rounds: int
+    margin: float
+    cell_margin: float
+    rounds_for_margin: int | None
+    rounds_for_cell_margin: int | None
+    command: str
     sentence: str
 
 
@@ -963,6 +1003,7 @@ class DifferenceJson(TypedDict):
     a: Any
     b: Any
     blocking: bool
+    kind: str  # environment (build, models, hardware) or workload (harness/analysis/workload.py)
 
 
 class Worst(TypedDict):
@@ -980,6 +1021,7 @@ class CompareJson(TypedDict):
     b: RunRefJson
     differences: list[DifferenceJson]
     comparable: bool
+    shared_records: list[int]  # B's records that are A's, B's records
     rows: list[ComparedCell]
     geomeans: list[ComparedCell]
     counts: dict[str, int]
@@ -1050,6 +1092,7 @@ class Summary(TypedDict):
     determinism: dict[str, DeterminismTotal]
     geomeans: list[Geomean]
     family: FamilyJson
+    reproduction_reach: ReachJson | None
     interference: dict[str, HostInterference]
     checks_ran: list[CheckRan]
     rules: dict[str, str]
