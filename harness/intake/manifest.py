@@ -17,6 +17,7 @@ from harness import formatter as fm
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
 from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import load as load_block
 from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
 from harness.intake.model_paths import model_location
@@ -323,6 +324,8 @@ class Manifest:
     distribution: Distribution | None = None
     #: The named builds (harness/intake/builds.py); empty: llama_cpp and build above are the one build.
     builds: tuple[Build, ...] = ()
+    #: The load study (`load:`, harness/intake/load.py), None without one.
+    load: load_block.LoadStudy | None = None
 
     @property
     def folder(self) -> Path:
@@ -455,7 +458,9 @@ class _Builder:
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
             confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"),
             distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None,
-            builds=tuple(b for b in builds if b.name))
+            builds=tuple(b for b in builds if b.name),
+            load=load_block.parse(raw["load"], strategies, tasks, int(raw["runs"]), self.where) if "load" in raw
+            else None)
 
     def builds(self) -> list[Build]:
         """The named builds (each entry's llama_cpp and build, else the top-level ones), or the one top-level
