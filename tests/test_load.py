@@ -20,7 +20,7 @@ from harness.hosts.engine import Endpoint
 from harness.intake import load as load_block
 from harness.intake import manifest as mf
 from harness.intake.bounded_yaml import ManifestError
-from harness.run import load as sender
+from harness.run import load as load_run
 from harness.run.protocol import Context
 from harness.store import load as store
 from harness.store.rundir import RunDir
@@ -95,38 +95,38 @@ def test_a_sweep_names_its_levels_and_says_its_time_is_partly_unknown(tmp_path):
     m = mf.load(_with_load(tmp_path, {"rates": "sweep", "requests": 4, "sweep_rates": 3}), check_files=False)
     assert m.load.level_names() == ["synchronous", "throughput", "between-1", "between-2", "between-3"]
     assert "plus the synchronous and throughput levels" in load_block.describe(m.load)[-1]
-    assert sender.between(1.0, 4.0, 3) == [1.75, 2.5, 3.25]
+    assert load_run.between(1.0, 4.0, 3) == [1.75, 2.5, 3.25]
 
 
 def test_the_schedule_is_seeded_and_has_the_offered_rate_and_burstiness():
-    a = sender.schedule(4000, 5.0, "poisson", 1.0, "s")
-    assert a == sender.schedule(4000, 5.0, "poisson", 1.0, "s") != sender.schedule(4000, 5.0, "poisson", 1.0, "t")
+    a = load_run.schedule(4000, 5.0, "poisson", 1.0, "s")
+    assert a == load_run.schedule(4000, 5.0, "poisson", 1.0, "s") != load_run.schedule(4000, 5.0, "poisson", 1.0, "t")
     assert a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:], strict=False))
     gaps = [y - x for x, y in zip(a, a[1:], strict=False)]
     mean = sum(gaps) / len(gaps)
     cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps)) / mean
     assert abs(mean - 0.2) < 0.02 and abs(cv - 1) < 0.08  # exponential: the coefficient of variation is 1
-    b = sender.schedule(4000, 5.0, "gamma", 0.25, "s")
+    b = load_run.schedule(4000, 5.0, "gamma", 0.25, "s")
     gb = [y - x for x, y in zip(b, b[1:], strict=False)]
     mb = sum(gb) / len(gb)
     cvb = math.sqrt(sum((g - mb) ** 2 for g in gb) / len(gb)) / mb
     assert abs(mb - 0.2) < 0.03 and abs(cvb - 2) < 0.3  # gamma of shape k: CV 1/sqrt(k)
     prompts = [("t", "a"), ("t", "b"), ("u", "c")]
-    seq = sender.prompt_sequence(prompts, 50, "seed")
-    assert seq == sender.prompt_sequence(prompts, 50, "seed") and set(seq) == set(prompts)
+    seq = load_run.prompt_sequence(prompts, 50, "seed")
+    assert seq == load_run.prompt_sequence(prompts, 50, "seed") and set(seq) == set(prompts)
 
 
-def _plan(n: int, offsets: list[float] | None, cap: int | None = None) -> sender.Plan:
+def _plan(n: int, offsets: list[float] | None, cap: int | None = None) -> load_run.Plan:
     body = {"prompt": "x", "n_predict": 5, "temperature": 0.0, "seed": 1, "cache_prompt": False, "stream": True,
             "return_tokens": True}
-    return sender.Plan([dict(body) for _ in range(n)], [f"t/p{i}" for i in range(n)], offsets, cap)
+    return load_run.Plan([dict(body) for _ in range(n)], [f"t/p{i}" for i in range(n)], offsets, cap)
 
 
 def test_the_sender_keeps_the_schedule_open_loop_while_answers_are_slow():
     # each answer takes 0.4 s; the schedule sends 8 requests 0.05 s apart: a closed loop would take 3.2 s
     with FakeLlamaServer(tokens=[1, 2, 3, 4, 5], decode_s=0.4) as srv:
         offsets = [0.05 * i for i in range(8)]
-        reqs, wall = sender.send(Endpoint(srv.port), _plan(8, offsets), 10.0)
+        reqs, wall = load_run.send(Endpoint(srv.port), _plan(8, offsets), 10.0)
     assert all(r["error"] is None for r in reqs), reqs
     lags = [r["sent_s"] - r["scheduled_s"] for r in reqs]
     assert max(lags) < 0.05, lags  # no send waited for an answer
@@ -138,7 +138,7 @@ def test_the_sender_keeps_the_schedule_open_loop_while_answers_are_slow():
 
 def test_the_concurrency_cap_holds_sends_back_and_the_level_is_named_as_not_offered():
     with FakeLlamaServer(tokens=[1, 2, 3], decode_s=0.3) as srv:
-        reqs, _ = sender.send(Endpoint(srv.port), _plan(6, [0.02 * i for i in range(6)], cap=2), 10.0)
+        reqs, _ = load_run.send(Endpoint(srv.port), _plan(6, [0.02 * i for i in range(6)], cap=2), 10.0)
     sent = sorted(r["sent_s"] for r in reqs)
     assert sent[2] >= 0.29 and sent[4] >= 0.58  # the third waited for the first answer
     a = judged.achieved({"requests": reqs, "offered_rate": 50.0})
@@ -147,7 +147,7 @@ def test_the_concurrency_cap_holds_sends_back_and_the_level_is_named_as_not_offe
 
 def test_synchronous_sends_each_request_after_the_last_answer():
     with FakeLlamaServer(tokens=[1, 2], decode_s=0.1) as srv:
-        reqs, _ = sender.send(Endpoint(srv.port), _plan(3, None), 10.0)
+        reqs, _ = load_run.send(Endpoint(srv.port), _plan(3, None), 10.0)
     for a, b in zip(reqs, reqs[1:], strict=False):
         assert b["sent_s"] >= a["sent_s"] + a["e2el_s"] - 1e-3
 
@@ -181,7 +181,7 @@ def test_the_metrics_parser_reads_only_the_speculative_counters():
             "counter\nllamacpp:spec_decode_num_drafts_total 12\nllamacpp:spec_decode_num_accepted_tokens_total 30\n"
             "llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 10\n"
             "llamacpp:prompt_tokens_total 99\nllamacpp:spec_decode_num_draft_tokens_total nan\n")
-    got = sender.parse_metrics(text)
+    got = load_run.parse_metrics(text)
     assert got == {"llamacpp:spec_decode_num_drafts_total": 12.0,
                    "llamacpp:spec_decode_num_accepted_tokens_total": 30.0,
                    'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}': 10.0}
@@ -199,7 +199,7 @@ def _level(arm: str, entry: str, slots: int, rate: float, round_: int, service_s
     return {"format_version": 1, "run_id": "r", "strategy": arm, "entry": entry, "speculative": spec,
             "slots": slots, "level": f"{rate:g}", "mode": "rate", "offered_rate": rate, "round": round_,
             "arrivals": "poisson", "burstiness": 1.0, "schedule_seed": "s", "warmup": 2, "status": "ok",
-            "requests": reqs, "wall_s": 1.0}
+            "baseline": "baseline", "slo": {}, "requests": reqs, "wall_s": 1.0}
 
 
 def _study(effect_at: dict[float, float], rounds: int = 4, noise: float = 0.02) -> list[store.Level]:
@@ -315,7 +315,7 @@ def test_one_fresh_server_per_strategy_level_and_round_into_load_jsonl(tmp_path)
     rd.path.mkdir()
     ctx = Context("run", m, "img", "cpu", {"local": {"target": Path("/m/gemma.gguf")}}, lambda e, w: None)
     t0 = time.monotonic()
-    counts = sender.draw(ctx, engine, rd, log=lambda s: None)
+    counts = load_run.draw(ctx, engine, rd, log=lambda s: None)
     assert counts == {"ok": 16, "failed": 0, "skipped": 0} and time.monotonic() - t0 < 30
     levels = store.read(rd.path)
     assert len(engine.commands) == 16 and all("--metrics" in c for c in engine.commands)
@@ -331,4 +331,51 @@ def test_one_fresh_server_per_strategy_level_and_round_into_load_jsonl(tmp_path)
                x["metrics_before"]["llamacpp:spec_decode_num_drafts_total"] for x in levels)
     # the warm-up requests went to the server and are not in the record: 2 + 4 streamed per server
     assert all(sum(1 for p, b in s.requests if p == "/completion") == 6 for s in engine.servers)
-    assert sender.draw(ctx, engine, rd, log=lambda s: None) == {"ok": 0, "failed": 0, "skipped": 16}
+    assert load_run.draw(ctx, engine, rd, log=lambda s: None) == {"ok": 0, "failed": 0, "skipped": 16}
+
+
+def test_the_report_prints_the_table_the_plot_and_only_what_the_marks_show(tmp_path):
+    from harness.report import load as load_report
+
+    for rec in _study({0.5: 0.6, 1: 0.7, 2: 1.0, 4: 1.5}):
+        rec["slo"] = {"tpot_ms": 40.0}
+        store.append(tmp_path, rec)
+    text = load_report.section(tmp_path, tmp_path / "RESULTS.md")
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 1 |")]
+    assert len(rows) == 8 and rows[0].split(" | ")[2] == "baseline"  # the baseline's rows first
+    assert "Holm over the 12 cells of this table" in text and "TPOT ≤ 40 ms" in text
+    assert "**ngram-mod, p99 TPOT: speculation stops paying between 1 and 4 req/s**" in text
+    # under a TPOT SLO of 40 ms the baseline (about 50 ms) meets none; speculation meets it up to 1 req/s
+    assert "**ngram-mod, goodput: speculation stops paying between 1 and 4 req/s**" in text
+    assert "![goodput and p99 TPOT against the offered rate, 95% intervals](load.png)" in text
+    assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+    tpot = [ln.split(" | ")[-1] for ln in rows if " ngram-mod " in ln]
+    assert tpot[0].endswith("▲ |") and tpot[3].endswith("▼ |") and "▲" not in tpot[2] and "▼" not in tpot[2]
+
+
+def test_invoke_run_load_measures_the_study_alone_and_the_report_prints_it(world, models_dir):
+    from harness.report import results
+    from harness.run import runner
+    from tests.conftest import DEMO, trusted, write_manifest
+    from tests.fake_engine import FakeEngine, demo_image
+
+    raw = yaml.safe_load(DEMO.read_text())
+    raw.pop("distribution", None)
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"}, {"id": "ngram-mod", "spec_type": "ngram-mod"}]
+    raw["load"] = {"rates": [20, 40], "requests": 3, "warmup": 1, "rounds": 2, "tasks": [raw["tasks"][0]["id"]],
+                   "slo": {"ttft_ms": 5000}}
+    m = trusted(write_manifest(world / "m", yaml.safe_dump(raw, sort_keys=False), "load.yaml"))
+    eng = FakeEngine("local", images=[demo_image(m.manifest)])
+    with pytest.raises(Exception, match="--load measures the load study alone"):
+        runner.run(m, results_dir=world / "r", models_dir=models_dir, engines=[eng], load=True, until=0.05,
+                   log=lambda s: None, progress=False)
+    out = runner.run(m, results_dir=world / "r", models_dir=models_dir, run_id="ld", progress=False,
+                     log=lambda s: None, engines=[eng], seed=1, load=True)
+    assert "load study: 8 levels measured, 0 failed" in out, out
+    rd = RunDir.open(world / "r" / "ld")
+    assert rd.read_meta().status == "complete" and rd.read_meta().plan.runs == 0
+    assert len(eng.started) == 8 and not rd.measurements()  # one server per strategy, level and round
+    assert all("--metrics" in c.command for c in eng.started)
+    results.write([rd.path], world / "RESULTS.md")
+    text = (world / "RESULTS.md").read_text()
+    assert "### Serving under load" in text and "| 1 | 40 | ngram-mod |" in text and (rd.path / "load.png").is_file()

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from harness import formatter as fm
-from harness.analysis import load as analysis
+from harness.analysis import load as judged
 from harness.files import now_iso
 from harness.formatter import console
 from harness.hosts.engine import Endpoint, Engine
@@ -180,7 +180,8 @@ def measure_level(ctx: Context, engine: Engine, study: load_block.LoadStudy, arm
         "speculative": arm.speculative, "slots": arm.parallel, "level": level, "mode": mode,
         "offered_rate": rate if mode == "rate" else None, "round": round_, "arrivals": study.arrivals,
         "burstiness": study.burstiness, "schedule_seed": schedule_seed(study, arm.parallel, level, round_),
-        "warmup": study.warmup, "status": "ok", "requests": [], "wall_s": 0.0, "started_at": now_iso(),
+        "warmup": study.warmup, "status": "ok", "baseline": study.strategies[0], "slo": study.slo.given(),
+        "requests": [], "wall_s": 0.0, "started_at": now_iso(),
         "max_concurrency": study.max_concurrency}
     server = Server(engine, manifest, with_metrics(arm), ctx.paths_by_host[engine.name], ctx.image_for(arm),
                     ctx.access_on(engine), labels_for(ctx.run_id, arm, None, round_))
@@ -230,7 +231,7 @@ def levels_of(study: load_block.LoadStudy, done: Sequence[store.Level], slots: i
     got = {}
     for rec in done:
         if rec["entry"] == base and rec["slots"] == slots and rec["status"] == "ok" and rec["mode"] != "rate":
-            got.setdefault(rec["mode"], analysis.achieved(rec).request_rate)
+            got.setdefault(rec["mode"], judged.achieved(rec).request_rate)
     if got.get("synchronous") and got.get("throughput"):
         out += [(fm.plain(r), r) for r in between(got["synchronous"], got["throughput"], study.sweep_rates)]
     return out
@@ -288,8 +289,8 @@ def level_line(rec: store.Level) -> str:
     head = f"load {rec['strategy']} {rec['level']} round {rec['round']}"
     if rec["status"] != "ok":
         return f"{head}: failed: {rec.get('failure', '')}"
-    a = analysis.achieved(rec)
-    m = analysis.metrics(rec["requests"], analysis.Slo(), a.duration_s)
+    a = judged.achieved(rec)
+    m = judged.metrics(rec["requests"], load_block.Slo(), a.duration_s)
     offered = f"offered {fm.plain(rec['offered_rate'])} req/s, " if rec["offered_rate"] else ""
     return (f"{head}: {offered}sent at {fm.num(a.send_rate, 2)} req/s, {m.completed}/{m.sent} answered, "
             f"{fm.num(m.request_throughput, 2)} req/s, {fm.num(m.output_tok_s, 1)} tok/s, p99 TPOT "

@@ -22,6 +22,7 @@ MAX_REQUESTS = 10_000
 MAX_ITL = 100_000  # inter-token gaps of one request
 MAX_SECONDS = 86_400.0
 MODES = ("rate", "synchronous", "throughput")
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 
 class _RequestRequired(TypedDict):
@@ -56,6 +57,8 @@ class _LevelRequired(TypedDict):
     schedule_seed: str
     warmup: int  # requests sent before the level and not counted
     status: str  # ok | failed
+    baseline: str  # the study's baseline entry: what every other strategy is judged against
+    slo: dict[str, float]  # the SLOs given (ttft_ms, tpot_ms, e2el_ms), milliseconds
     requests: list[Request]
     wall_s: float
 
@@ -119,7 +122,7 @@ def problem(obj: Any) -> str | None:
         return "expected a mapping"
     if obj.get("format_version") != FORMAT_VERSION:
         return f"format_version: expected {FORMAT_VERSION}"
-    for k in ("run_id", "strategy", "entry", "level", "arrivals", "schedule_seed"):
+    for k in ("run_id", "strategy", "entry", "level", "arrivals", "schedule_seed", "baseline"):
         if not isinstance(obj.get(k), str) or not obj[k] or len(obj[k]) > 300:
             return f"{k}: expected a name"
     if obj.get("mode") not in MODES:
@@ -135,6 +138,9 @@ def problem(obj: Any) -> str | None:
     if not _number(obj.get("offered_rate"), 1e6, none=True) or not _number(obj.get("burstiness"), 1e3) \
             or not _number(obj.get("wall_s"), 10 * MAX_SECONDS):
         return "offered_rate, burstiness, wall_s: expected bounded numbers"
+    slo = obj.get("slo")
+    if not isinstance(slo, dict) or any(k not in SLO_KEYS or not _number(v, 3.6e6) for k, v in slo.items()):
+        return f"slo: expected milliseconds for some of {list(SLO_KEYS)}"
     reqs = obj.get("requests")
     if not isinstance(reqs, list) or len(reqs) > MAX_REQUESTS:
         return f"requests: expected a list of at most {fm.count(MAX_REQUESTS)}"
