@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
     ("compare_calibration.py", ["--comparisons", "2", "--rounds", "3", "--jobs", "1"], "     3 regressed"),
     ("interval_coverage.py", ["--runs", "results/demo-cpu", "--noise", "spread", "--tables", "4", "--rounds", "3"],
      "demo-cpu"),
+    ("load_aa.py", ["--tables", "3", "--rates", "1", "2", "--slots", "1", "--server-sd", "0.1"],
+     "0.1" + " " * 13 + "3"),
 ])
 def test_a_calibration_bench_prints_its_figures(script, args, row):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,
