@@ -379,3 +379,11 @@ def test_invoke_run_load_measures_the_study_alone_and_the_report_prints_it(world
     results.write([rd.path], world / "RESULTS.md")
     text = (world / "RESULTS.md").read_text()
     assert "### Serving under load" in text and "| 1 | 40 | ngram-mod |" in text and (rd.path / "load.png").is_file()
+
+
+def test_the_server_gets_metrics_once():
+    m = mf.load(GEMMA, check_files=False)
+    s = m.strategy("ngram-mod")
+    assert "--metrics" in m.server_args and load_run.with_metrics(s, m) is s
+    bare = replace(m, server_args=tuple(a for a in m.server_args if a != "--metrics"))
+    assert load_run.with_metrics(s, bare).args.count("--metrics") == 1

@@ -183,7 +183,7 @@ def measure_level(ctx: Context, engine: Engine, study: load_block.LoadStudy, arm
         "warmup": study.warmup, "status": "ok", "baseline": study.strategies[0], "slo": study.slo.given(),
         "requests": [], "wall_s": 0.0, "started_at": now_iso(),
         "max_concurrency": study.max_concurrency}
-    server = Server(engine, manifest, with_metrics(arm), ctx.paths_by_host[engine.name], ctx.image_for(arm),
+    server = Server(engine, manifest, with_metrics(arm, manifest), ctx.paths_by_host[engine.name], ctx.image_for(arm),
                     ctx.access_on(engine), labels_for(ctx.run_id, arm, None, round_))
     rec["server_command"] = server.spec.command
     try:
@@ -206,9 +206,9 @@ def measure_level(ctx: Context, engine: Engine, study: load_block.LoadStudy, arm
     return rec
 
 
-def with_metrics(s: Strategy) -> Strategy:
+def with_metrics(s: Strategy, manifest: Manifest) -> Strategy:
     """The strategy's server with --metrics (the counters the level reads), once."""
-    return s if "--metrics" in s.args else replace(s, args=(*s.args, "--metrics"))
+    return s if "--metrics" in (*manifest.server_args, *s.args) else replace(s, args=(*s.args, "--metrics"))
 
 
 def between(sync_rate: float, top_rate: float, k: int) -> list[float]:
