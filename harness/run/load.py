@@ -292,6 +292,8 @@ def level_line(rec: store.Level) -> str:
     a = judged.achieved(rec)
     m = judged.metrics(rec["requests"], load_block.Slo(), a.duration_s)
     offered = f"offered {fm.plain(rec['offered_rate'])} req/s, " if rec["offered_rate"] else ""
+    if not a.offered:
+        offered += f"NOT OFFERED ({a.behind} of {len(rec['requests'])} sends behind the schedule), "
     return (f"{head}: {offered}sent at {fm.num(a.send_rate, 2)} req/s, {m.completed}/{m.sent} answered, "
             f"{fm.num(m.request_throughput, 2)} req/s, {fm.num(m.output_tok_s, 1)} tok/s, p99 TPOT "
             f"{fm.num(m.tpot_ms.get('p99'), 1)} ms")
