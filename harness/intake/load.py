@@ -254,5 +254,7 @@ def describe(study: LoadStudy, start_s: float = START_ESTIMATE_S) -> list[str]:
                          f"about {fm.fixed(arm_s / 60, 1)} min"
                          + (" plus the synchronous and throughput levels" if study.sweep else ""))
     lines.append(f"  in all: {fm.count(total_requests(study))} requests, about {fm.fixed(arm_s * n_arms / 60, 1)} min"
-                 + (" plus the synchronous and throughput levels" if study.sweep else ""))
+                 + (" plus the synchronous and throughput levels" if study.sweep else "")
+                 + f" (sending time, and {fm.plain(start_s)} s per server start; a level past what its slots serve "
+                   "takes longer to drain)")
     return lines
