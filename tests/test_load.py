@@ -145,7 +145,8 @@ def test_the_concurrency_cap_holds_sends_back_and_the_level_is_named_as_not_offe
     assert not a.offered and a.behind >= 3
     line = load_run.level_line({"strategy": "baseline", "level": "50", "round": 1, "status": "ok",
                                 "offered_rate": 50.0, "requests": reqs})
-    assert f"offered 50 req/s, NOT OFFERED ({a.behind} of 6 sends behind the schedule)" in line, line
+    said = f"offered 50 req/s (this schedule 50.00), NOT OFFERED ({a.behind} of 6 sends behind the schedule)"
+    assert said in line, line
 
 
 def test_synchronous_sends_each_request_after_the_last_answer():

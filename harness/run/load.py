@@ -291,7 +291,8 @@ def level_line(rec: store.Level) -> str:
         return f"{head}: failed: {rec.get('failure', '')}"
     a = judged.achieved(rec)
     m = judged.metrics(rec["requests"], load_block.Slo(), a.duration_s)
-    offered = f"offered {fm.plain(rec['offered_rate'])} req/s, " if rec["offered_rate"] else ""
+    offered = (f"offered {fm.plain(rec['offered_rate'])} req/s (this schedule {fm.num(a.schedule_rate, 2)}), "
+               if rec["offered_rate"] else "")
     if not a.offered:
         offered += f"NOT OFFERED ({a.behind} of {len(rec['requests'])} sends behind the schedule), "
     return (f"{head}: {offered}sent at {fm.num(a.send_rate, 2)} req/s, {m.completed}/{m.sent} answered, "
