@@ -143,7 +143,9 @@ def section(run_dir: Path, out_path: Path, draw: bool = True) -> str:
              "\"inter-token latency\" is this TPOT. Goodput: requests meeting every SLO per second of the level "
              "(first send to last answer). Ratios are oriented so that above 1 speculation serves better (p99 "
              "TPOT: baseline over speculation); goodput counts + 0.5 each. Sent: the rate the sends achieved; "
-             "accepted / draft: mean acceptance length from the server's counters (GET /metrics) over the level.",
+             "accepted / draft: mean acceptance length from the server's counters (GET /metrics) over the level, "
+             "the warm-up's left out. Within a level the requests share its server, as a served model's users do: "
+             "an n-gram table or a drafter's cache carries over from one request to the next.",
              "", *lines, ""]
     if draw:
         png = plot(levels, Path(run_dir) / "load.png")
