@@ -391,3 +391,21 @@ def test_the_server_gets_metrics_once():
     assert "--metrics" in m.server_args and load_run.with_metrics(s, m) is s
     bare = replace(m, server_args=tuple(a for a in m.server_args if a != "--metrics"))
     assert load_run.with_metrics(s, bare).args.count("--metrics") == 1
+
+
+def test_a_sweep_measures_synchronous_and_throughput_then_the_rates_between_from_the_baseline(tmp_path):
+    m = mf.load(_with_load(tmp_path, {"rates": "sweep", "sweep_rates": 2, "requests": 3, "warmup": 0,
+                                      "strategies": ["baseline", "ngram-mod"], "tasks": ["en-prose"], "rounds": 1}))
+    m = replace(m, endpoint="completion")
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    ctx = Context("run", m, "img", "cpu", {"local": {"target": Path("/m/gemma.gguf")}}, lambda e, w: None)
+    assert load_run.draw(ctx, _StubEngine(), rd, log=lambda s: None) == {"ok": 8, "failed": 0, "skipped": 0}
+    levels = store.read(rd.path)
+    assert [x["entry"] for x in levels[:2]] == ["baseline", "ngram-mod"] and levels[0]["mode"] == "synchronous"
+    base = {x["mode"]: judged.achieved(x).request_rate for x in levels if x["entry"] == "baseline"
+            and x["mode"] != "rate"}
+    between = sorted({x["offered_rate"] for x in levels if x["mode"] == "rate"})
+    assert len(between) == 2 and base["synchronous"] < between[0] < between[1] < base["throughput"]
+    sync = next(x for x in levels if x["mode"] == "synchronous")["requests"]
+    assert all(b["sent_s"] >= a["sent_s"] + a["e2el_s"] - 1e-3 for a, b in zip(sync, sync[1:], strict=False))
