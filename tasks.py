@@ -345,6 +345,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "distribution": "draw the sampling study alone, N samples per strategy, prompt and arm (the manifest's "
                     "`distribution:` settings, else temperature 0.8 on every task's first prompt): is each strategy "
                     "lossless in distribution at temperature > 0? 0: skip the manifest's study",
+    "load": "measure the manifest's load study alone (its `load:` block): requests arriving open-loop at each "
+            "offered rate, one fresh server per strategy, slot count, rate and round, into the run folder's "
+            "load.jsonl; `invoke validate` prints its levels, requests and time first",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -352,7 +355,7 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None, quiet_wait=None, distribution=None):
+        retakes=None, quiet_wait=None, distribution=None, load=False):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order; then the manifest's sampling
     study (lossless in distribution at temperature > 0), if it has one. The image is found on each host by what it
     is (source, flags, backend); where none is, it is built first (unless --no-build)."""
@@ -382,7 +385,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             reuse_server=reuse_server, seed=seed, progress=not no_progress,
             engines=engines, until=until_f, max_rounds=max_rounds,
             aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait,
-            distribution=distribution, said=_headline)
+            distribution=distribution, said=_headline, load=load)
     print(out)
 
 

@@ -20,13 +20,15 @@ from typing import Any
 class FakeLlamaServer:
     def __init__(self, tokens: list[int] | None = None, *, delay_s: float = 0.002, mode: str = "ok",
                  timings: dict[str, Any] | None = None, text: str | None = None, decode_s: float | None = None,
-                 on_first_token: Callable[[], None] | None = None):
+                 on_first_token: Callable[[], None] | None = None, metrics: Callable[[], str] | None = None):
         self.tokens = tokens or [5, 9, 4, 7, 7]
         self.delay_s = delay_s
         self.mode = mode
         self.text = text
         self.decode_s = decode_s
         self.on_first_token = on_first_token
+        #: GET /metrics's Prometheus text, as llama-server --metrics answers it (None: a JSON answer, as without)
+        self.metrics = metrics
         self.timings = timings or {"prompt_n": 3, "prompt_ms": 1.0, "prompt_per_second": 3000.0,
                                    "predicted_n": len(self.tokens), "predicted_ms": 10.0,
                                    "predicted_per_second": 500.0, "draft_n": 4, "draft_n_accepted": 2}
@@ -38,6 +40,14 @@ class FakeLlamaServer:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path == "/metrics" and fake.metrics is not None:
+                    data = fake.metrics().encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 self._json(200, {"status": "ok"})
 
             def do_POST(self) -> None:  # noqa: N802

@@ -17,6 +17,7 @@ from harness import formatter as fm
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
 from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import load as load_block
 from harness.intake import suites as suite_files
 from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
@@ -330,6 +331,8 @@ class Manifest:
     builds: tuple[Build, ...] = ()
     #: The prompt suites its tasks were drawn from (harness/intake/suites.py), in task order.
     suites: tuple[suite_files.Drawn, ...] = ()
+    #: The load study (`load:`, harness/intake/load.py), None without one.
+    load: load_block.LoadStudy | None = None
 
     @property
     def folder(self) -> Path:
@@ -463,7 +466,9 @@ class _Builder:
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
             confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"),
             distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None,
-            builds=tuple(b for b in builds if b.name), suites=tuple(drawn))
+            builds=tuple(b for b in builds if b.name), suites=tuple(drawn),
+            load=load_block.parse(raw["load"], strategies, tasks, int(raw["runs"]), self.where) if "load" in raw
+            else None)
 
     def builds(self) -> list[Build]:
         """The named builds (each entry's llama_cpp and build, else the top-level ones), or the one top-level

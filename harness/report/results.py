@@ -25,6 +25,7 @@ from harness.report import categories as categories_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
 from harness.report import headline, intervals, plotting
+from harness.report import load as load_report
 from harness.report import lossless as lossless_report
 from harness.report import tuning as tuning_report
 from harness.store import shapes
@@ -448,6 +449,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
         return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts,
                                                                 builds.measured_on(builds.build_names(meta))))
+    if not summary["measurements"]["planned"]:  # a load study measured alone: its section follows (write)
+        return "\n".join(parts)
     if summary["protocol"] == "reuse-server":
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
@@ -653,7 +656,7 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
                                                                                 "acceptance by draft position"))
                         + tuning_report.section(summary, out_path, extra)
                         + why_report.section(summary, out_path, why, list(summaries.values()))
-                        + completion_text(summary))
+                        + completion_text(summary) + load_report.section(rd.path, out_path, plot))
         names.append(summary["manifest"]["name"])
     parity = why_report.parity_section(explanation.report_parity(
         [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))

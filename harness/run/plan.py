@@ -13,6 +13,7 @@ from harness import formatter as fm
 from harness.files import display_path
 from harness.formatter import size
 from harness.image import backends, source
+from harness.intake import load as load_block
 from harness.intake import spec_types
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
@@ -309,6 +310,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False, results_d
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              *([drawn.describe()] if drawn else []),
+             *(load_block.describe(manifest.load) if manifest.load else []),
              f"hardware: {hw.name}, {fm.plain(hw.memory_bandwidth_gbs)} GB/s ({hw.bandwidth_source})",
              f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
              + (f"; {len(manifest.builds)} builds of llama.cpp, each strategy on its own (below), measured in the "
