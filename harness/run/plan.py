@@ -325,8 +325,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False) -> str:
         vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
         args = f" {' '.join(s.args)}" if s.args else ""
         lines.append(f"  {s.id:{width}} --spec-type {s.spec_type}{extra}{args}{vs}")
-    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", {len(t.prompts)} prompts)"
-                                                                   if len(t.prompts) > 1 else ")")
+    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", depth {t.depth}" if t.depth else "")
+                                       + (f", {len(t.prompts)} prompts)" if len(t.prompts) > 1 else ")")
                                        for t in manifest.tasks))
     lines.append("models:")
     for m in manifest.models.values():
