@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 import yaml
 
-from harness import ROOT, schema
+from harness import LABEL_PREFIX, ROOT, schema
+from harness.analysis import dimensions as ad
 from harness.hosts.engine import Endpoint
 from harness.intake import dimensions as dm
 from harness.intake import manifest as mf
-from harness.run import client, filler
+from harness.report import dimensions as dimensions_report
+from harness.report import results
+from harness.run import client, filler, runner
 from harness.run import plan as pl
-from tests.conftest import DEMO, write_manifest
+from harness.store.rundir import RunDir
+from tests.conftest import DEMO, trusted, write_manifest
+from tests.fake_engine import fake
 from tests.fakeserver import FakeLlamaServer
 
 DEMO_M = mf.load(DEMO)
@@ -152,3 +158,89 @@ def test_a_task_without_depth_sends_the_prompt_alone():
         assert [p for p, _ in srv.requests] == ["/completion"]
     assert "context" not in out
 
+
+
+# -- the curves and the crossover ---------------------------------------------------------------------------
+
+
+def _pts(*triples):
+    return [ad.Point(v, None if s is None else math.log(s), m) for v, s, m in triples]
+
+
+@pytest.mark.parametrize(("points", "kind", "bracket", "rising"), [
+    (_pts((64, 0.8, -1), (256, 1.0, 0), (1024, 1.3, 1)), "one", (64, 1024), True),
+    (_pts((64, 0.8, -1), (256, 0.9, -1), (1024, 1.3, 1)), "one", (256, 1024), True),
+    (_pts((0, 1.5, 1), (4096, 0.7, -1)), "one", (0, 4096), False),
+    (_pts((64, 0.8, 0), (256, 1.0, 0), (1024, 1.3, 1)), "none", None, None),  # an estimate below 1 is no mark
+    (_pts((64, 1.2, 1), (256, 1.3, 1)), "none", None, None),
+    (_pts((64, 1.2, 1), (256, 0.8, -1), (1024, 1.3, 1)), "several", None, None),
+])
+def test_a_crossover_is_named_only_between_points_marked_on_both_sides(points, kind, bracket, rising):
+    c = ad.crossover(points)
+    assert c.kind == kind
+    if bracket:
+        assert (c.low, c.high) == bracket and c.rising is rising
+        assert c.low <= c.estimate <= c.high
+
+
+def test_the_crossover_estimate_interpolates_in_log_length():
+    c = ad.crossover(_pts((100, 0.5, -1), (10000, 2.0, 1)))
+    assert c.estimate == pytest.approx(1000)  # log speedup -log2 .. +log2: the midpoint in log length
+
+
+def _curve(points, kind="none", low=None, high=None, est=None, rising=None, dim="n_predict"):
+    return {"host": "local", "strategy": "s", "task": "t", "dimension": dim, "fixed": {},
+            "points": [{"value": v, "task": f"t[{dim}={v}]", "speedup": s, "low": s * 0.9, "high": s * 1.1, "mark": m,
+                        "verdict": {1: "faster", -1: "slower", 0: "not significant"}[m], "rounds": 3}
+                       for v, s, m in points],
+            "crossover": {"kind": kind, "low": low, "high": high, "estimate": est, "rising": rising}}
+
+
+def test_the_sentence_says_only_what_the_marks_show():
+    assert dimensions_report.sentence(_curve([(64, 0.8, -1), (1024, 1.3, 1)], "one", 64, 1024, 300.4, True)) == (
+        "crosses 1 between 64 and 1,024 output tokens (estimate ≈ 300): slower below, faster above (the bracket "
+        "between the marked points is its uncertainty)")
+    assert dimensions_report.sentence(_curve([(0, 1.2, 1), (4096, 1.3, 1)], dim="depth")) == (
+        "no crossover within the range measured (0–4,096 tokens of context): faster at every value measured")
+    assert dimensions_report.sentence(_curve([(64, 0.9, 0), (256, 1.3, 1)])) == (
+        "no crossover within the range measured (64–256 output tokens)")
+
+
+def test_a_length_and_depth_run_on_the_fake_engine_reports_its_curves_crossover_and_filler(world, models_dir):
+    def change(raw):
+        _task(raw, "code-gen")["n_predict"] = [32, 64, 128]
+        _task(raw, "code-gen")["depth"] = [0, 256]
+    path = _with(world / "m", change)
+    gain = {32: 0.6, 64: 1.0, 128: 1.6}  # the strategy loses at 32 tokens, gains at 128
+
+    def speed(labels):
+        task = labels.get(f"{LABEL_PREFIX}.task", "")
+        n = int(task.split("n_predict=")[1].split(",")[0])
+        return 3000.0 * (gain[n] if labels.get(f"{LABEL_PREFIX}.strategy") == "ngram-mod" else 1.0)
+
+    runner.run(trusted(path), results_dir=world / "r", models_dir=models_dir, run_id="dims", progress=False,
+               log=[].append, engines=[fake(speed=speed)], strategies=["baseline", "ngram-mod"], tasks=["code-gen"],
+               runs=3, seed=1)
+    run = RunDir.open(world / "r" / "dims")
+    meta = run.read_meta()
+    assert [t.dims for t in meta.planned_tasks()][:2] == [(("n_predict", 32), ("depth", 0)),
+                                                          (("n_predict", 32), ("depth", 256))]
+    deep = [r for r in run.measurements() if r["task"].endswith("depth=256]")]
+    assert deep and all(r["context"]["filler_tokens"] == 256 and r["context"]["filler_sha256"] ==
+                        deep[0]["context"]["filler_sha256"] for r in deep)
+    assert not any("context" in r for r in run.measurements() if r["task"].endswith("depth=0]"))
+    out = world / "RESULTS.md"
+    results.write([run.path], out)
+    summary = json.loads((run.path / "summary.json").read_text())
+    by = {(c["dimension"], tuple(c["fixed"].items())): c for c in summary["dimensions"]
+          if c["strategy"] == "ngram-mod"}
+    length = by[("n_predict", (("depth", 0),))]
+    assert [p["value"] for p in length["points"]] == [32, 64, 128]
+    assert length["crossover"]["kind"] == "one" and length["crossover"]["rising"] is True
+    assert (length["crossover"]["low"], length["crossover"]["high"]) in ((32, 64), (32, 128), (64, 128))
+    assert by[("depth", (("n_predict", 32),))]["crossover"]["kind"] == "none"
+    text = out.read_text()
+    assert "### Speedup against output length and context depth" in text
+    assert "- ngram-mod: crosses 1 between 32 and" in text
+    assert "slower at every value measured" in text  # 32 tokens at both depths
+    assert (run.path / "dimensions.png").is_file()
