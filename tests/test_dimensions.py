@@ -252,3 +252,10 @@ def test_the_lengths_manifest_measures_three_lengths_and_three_depths():
         ("code-edit-length", 64, 0), ("code-edit-length", 256, 0), ("code-edit-length", 1024, 0),
         ("code-edit-depth", 64, 0), ("code-edit-depth", 64, 1024), ("code-edit-depth", 64, 4096)]
     assert len(pl.make_plan(m, ["local"], shuffle_seed=1).items) == 72
+
+
+def test_the_context_size_is_read_as_llama_server_reads_it():
+    assert dm.context_size(["-c", "4096", "--ctx-size=8192"]) == 8192
+    assert dm.context_size(["-t", "2"]) is None
+    assert dm.check_context(1024, 64, 4096, 1) is None
+    assert "2048 tokens of -c 4096 over 2 slots" in dm.check_context(2000, 64, 4096, 2)

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from harness.intake import flags
 from harness.intake.bounded_yaml import ManifestError
 
 #: Combinations of one task entry (lengths times depths).
@@ -106,14 +107,12 @@ def family(task_id: str, dims: tuple[tuple[str, int], ...]) -> str:
 
 
 def context_size(args: tuple[str, ...] | list[str]) -> int | None:
-    """The context size these llama-server arguments give (-c / --ctx-size, the last one), or None."""
-    out = None
-    for i, a in enumerate(args):
-        name, _, inline = a.partition("=")
-        if name in ("-c", "--ctx-size"):
-            value = inline if inline else (args[i + 1] if i + 1 < len(args) else "")
-            out = int(value) if value.isascii() and value.isdigit() else None
-    return out
+    """The context size these llama-server arguments give (-c / --ctx-size, the last one, as llama-server reads
+    them), or None."""
+    canon = flags.canonical(args)
+    at = [i + 1 for i in range(len(canon) - 1) if flags.option(canon[i]) == "--ctx-size"]
+    value = canon[at[-1]] if at else ""
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def check_context(depth: int, n_predict: int, ctx: int | None, slots: int) -> str | None:
