@@ -8,9 +8,9 @@ with a fixed seed (`SEED`, Python's Mersenne Twister: the same text on every mac
 word twice in a row, in sentences of 6 to 14 words: a text without structure an n-gram could learn. With the 629
 words below (measured): 1,024 words repeat no word pair, 4,096 words repeat 21 pairs and 16,384 words 325 pairs
 (which a drafter may try and lose), and none of them repeats a word triple. The filler is cut to `depth` tokens by
-the server itself (untimed POST /tokenize, the first `depth` ids, POST /detokenize), and its sha256 and token count
-go into the record (`context`); the prompt's real token count is the server's `timings.prompt_n` (record
-`server.prompt_n`)."""
+the server itself (untimed POST /tokenize, the first `depth` ids, POST /detokenize, and /tokenize again to count the
+text sent), and its sha256 and token count go into the record (`context`); the prompt's real token count is the
+server's `timings.prompt_n` (record `server.prompt_n`)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ def context_record(depth: int, tokens: int, text: str) -> dict[str, Any]:
 
 def prefix(endpoint: Endpoint, depth: int, timeout_s: float, post: Any) -> tuple[str, int]:
     """The filler cut to `depth` tokens of the server's tokenizer (untimed; `post` is client.post_json): its text
-    and the token count it had. Every word is at least one token, so `depth` words are enough."""
+    and the token count that text has, tokenized again. Every word is at least one token, so `depth` words are
+    enough."""
     text = words(depth)
     ids = post(endpoint, "/tokenize", {"content": text, "add_special": False}, timeout_s, "template").get("tokens")
     if not isinstance(ids, list) or len(ids) < depth or not all(isinstance(i, int) for i in ids[:depth]):
@@ -109,4 +110,9 @@ def prefix(endpoint: Endpoint, depth: int, timeout_s: float, post: Any) -> tuple
     cut = post(endpoint, "/detokenize", {"tokens": ids[:depth]}, timeout_s, "template").get("content")
     if not isinstance(cut, str):
         raise ValueError("/detokenize answered without content")
-    return cut.strip(), depth
+    cut = cut.strip()
+    # the count it has as text (a cut can merge or split at its edge): what the record states
+    again = post(endpoint, "/tokenize", {"content": cut, "add_special": False}, timeout_s, "template").get("tokens")
+    if not isinstance(again, list):
+        raise ValueError("/tokenize answered without tokens for the cut filler")
+    return cut, len(again)
