@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from harness import formatter as fm
 from harness.analysis.records import CellKey
 from harness.analysis.speedups import SpeedupTable, Verdict
+from harness.intake.dimensions import family
 from harness.store import shapes
 from harness.store.runmeta import RunMeta, TaskMeta
 
@@ -90,7 +91,7 @@ def curves(meta: RunMeta, table: SpeedupTable) -> list[shapes.DimensionCurve]:
     out: list[shapes.DimensionCurve] = []
     by_entry: dict[str, list[TaskMeta]] = defaultdict(list)
     for t in tasks:
-        by_entry[t.id.rsplit("[", 1)[0]].append(t)
+        by_entry[family(t.id, t.dims)].append(t)
     sids = [s.id for s in meta.planned_strategies()]
     for host in meta.plan.hosts:
         for sid in sids:
