@@ -251,7 +251,7 @@ def test_the_lengths_manifest_measures_three_lengths_and_three_depths():
     assert [(t.family, t.n_predict, t.depth) for t in m.tasks] == [
         ("code-edit-length", 64, 0), ("code-edit-length", 256, 0), ("code-edit-length", 1024, 0),
         ("code-edit-depth", 64, 0), ("code-edit-depth", 64, 1024), ("code-edit-depth", 64, 4096)]
-    assert len(pl.make_plan(m, ["local"], shuffle_seed=1).items) == 72
+    assert len(pl.make_plan(m, ["local"], shuffle_seed=1).items) == 54
 
 
 def test_the_context_size_is_read_as_llama_server_reads_it():
