@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ class FakeLlamaServer:
                                    "predicted_n": len(self.tokens), "predicted_ms": 10.0,
                                    "predicted_per_second": 500.0, "draft_n": 4, "draft_n_accepted": 2}
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.vocab: dict[str, int] = {}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,7 +55,13 @@ class FakeLlamaServer:
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append((self.path, body))
-                if self.path == "/apply-template":
+                if self.path == "/tokenize":  # a token per word with its leading space, ids in order of first sight
+                    pieces = re.findall(r"\s*\S+", body["content"])
+                    self._json(200, {"tokens": [fake.vocab.setdefault(p, len(fake.vocab)) for p in pieces]})
+                elif self.path == "/detokenize":
+                    words = {i: p for p, i in fake.vocab.items()}
+                    self._json(200, {"content": "".join(words[i] for i in body["tokens"])})
+                elif self.path == "/apply-template":
                     msg = body["messages"][0]["content"]
                     self._json(200, {"prompt": f"<start_of_turn>user\n{msg}<end_of_turn>\n<start_of_turn>model\n"})
                 elif fake.mode == "http-error":

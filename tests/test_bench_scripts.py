@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ("prompt_coverage.py", ["--power", "--reps", "40", "--spreads", "0.1"], "  0.10       7"),
     ("load_aa.py", ["--tables", "3", "--rates", "1", "2", "--slots", "1", "--server-sd", "0.1"],
      "0.1" + " " * 13 + "3"),
+    ("crossover_check.py", ["--tables", "3", "--rounds", "3", "--noise", "0.066"], " 0.066      3 |"),
 ])
 def test_a_calibration_bench_prints_its_figures(script, args, row):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,

@@ -13,7 +13,19 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, reach, stats, tuning, words
+from harness.analysis import (
+    builds,
+    checks,
+    completion,
+    dimensions,
+    explanation,
+    gaps,
+    lossless,
+    reach,
+    stats,
+    tuning,
+    words,
+)
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import prompt_sample as suite_categories
@@ -172,6 +184,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
         "quiet_wait": quiet_wait_summary(meta, everything),
         "completion": completion.of(meta, everything).as_dict(),
     } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table)
+    out |= dimensions.summary(meta, run_stats.table)  # a run with lengths or depths listed: its curves
     section = builds.summary(meta, index)  # a run of several builds: each later build against the first
     if section is not None:
         out["builds"] = section

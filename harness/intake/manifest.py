@@ -16,7 +16,7 @@ from harness import KitError, schema
 from harness import formatter as fm
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
-from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import cmake_flags, dimensions, flags, spec_types
 from harness.intake import load as load_block
 from harness.intake import suites as suite_files
 from harness.intake import sweep as expansion
@@ -207,6 +207,22 @@ class Task:
     n_predict: int
     #: A perturbation task: prompts[0] is the reference, the others its variants (a phrase added or removed).
     perturbation: bool = False
+    #: Tokens of filler before the prompt (harness/run/filler.py); 0: the prompt alone.
+    depth: int = 0
+    #: The dimensions given as lists on its entry, with this task's values (harness/intake/dimensions.py).
+    dims: tuple[tuple[str, int], ...] = ()
+    #: The index of its entry in the manifest's `tasks:` (a suite's or an expanded entry's tasks share one).
+    entry: int = 0
+
+    @property
+    def family(self) -> str:
+        """The manifest entry's id: the same for every length and depth of one entry."""
+        return dimensions.family(self.id, self.dims)
+
+    @property
+    def family_id(self) -> str:
+        """The entry id by the name `--tasks` selects with (as a strategy's): every length and depth of it."""
+        return self.family
 
     def prompt(self, prompt_id: str | None = None) -> str:
         return self.get_prompt(prompt_id).text()
@@ -454,6 +470,7 @@ class _Builder:
         timeouts = raw.get("timeouts", {})
         drawn: list[suite_files.Drawn] = []
         tasks = self.tasks(check_files, drawn)
+        self.check_depths(tasks, strategies, server_args)
         return Manifest(
             path=self.path, name=raw["name"], description=raw.get("description", ""),
             hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
@@ -657,7 +674,7 @@ class _Builder:
         for i, t in enumerate(self.raw["tasks"]):
             fp = f"tasks[{i}]"
             if "suite" in t:
-                out += self.suite_tasks(i, t, check_files, seen, drawn)
+                out += [replace(x, entry=i) for x in self.suite_tasks(i, t, check_files, seen, drawn)]
                 continue
             for key in ("id", "n_predict"):
                 if key not in t:
@@ -677,7 +694,8 @@ class _Builder:
             if t.get(key) and len(prompts) < 2:
                 raise self.fail(f"{fp}.{key}", "a perturbation task compares variants with its first prompt: give at "
                                 "least two prompts")
-            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
+            out += [Task(p.id, prompts, p.n_predict, bool(t.get(key, False)), p.depth, p.dims, i)
+                    for p in dimensions.entry(t, f"{self.where}: {fp}", len(out))]
         return tuple(out)
 
     def suite_tasks(self, i: int, t: dict[str, Any], check_files: bool, seen: dict[str, int],
@@ -704,6 +722,16 @@ class _Builder:
                                       suite_files.record_name(got.suite, q)))
             out.append(Task(c.task_id, tuple(prompts), got.suite.n_predict))
         return out
+
+    def check_depths(self, tasks: tuple[Task, ...], strategies: tuple[Strategy, ...],
+                     server_args: tuple[str, ...]) -> None:
+        """A task's filler and output fit every strategy's context (before any container starts)."""
+        for t in tasks:
+            for s in strategies:
+                problem = dimensions.check_context(t.depth, t.n_predict, dimensions.context_size(
+                    list(server_args) + list(s.args)), s.parallel)
+                if problem is not None:
+                    raise self.fail(f"tasks[{t.entry}].depth", f"{t.id} on {s.id}: {problem}")
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if ("prompt_file" in t) == ("prompts" in t):
@@ -775,11 +803,14 @@ def unpinned(manifest: Manifest) -> list[str]:
             out.append(f"{where}: models.{m.key}.hf.revision: not pinned (a branch can move)")
     out += [f"{d.suite.field}.sha256: not pinned (the suite file {d.suite.file})" for d in manifest.suites
             if not d.suite.sha256]
-    for i, t in enumerate(manifest.tasks):
+    firsts: dict[int, Task] = {}
+    for t in manifest.tasks:  # an expanded entry's prompts once
+        firsts.setdefault(t.entry, t)
+    for i, t in firsts.items():
         for j, p in enumerate(t.prompts):
             if p.source is not None:
                 continue  # a suite's question: its file is pinned (or named above), its text's sha256 is recorded
             if not p.sha256:
                 at = f"tasks[{i}].sha256" if len(t.prompts) == 1 else f"tasks[{i}].prompts[{j}].sha256"
-                out.append(f"{where}: {at}: not pinned ({t.id}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
+                out.append(f"{where}: {at}: not pinned ({t.family}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
     return out

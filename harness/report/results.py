@@ -23,6 +23,7 @@ from harness.files import atomic_write_text
 from harness.report import builds as builds_report
 from harness.report import categories as categories_report
 from harness.report import compare as compare_words
+from harness.report import dimensions as dimensions_report
 from harness.report import explanation as why_report
 from harness.report import headline, intervals, plotting
 from harness.report import load as load_report
@@ -651,10 +652,12 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}
         why = why_report.write_plots(summary, rd.path, list(summaries.values())) if plot else {}
-        written += [*extra.values(), *why.values()]
+        dims = dimensions_report.write_plots(summary, rd.path) if plot else {}
+        written += [*extra.values(), *why.values(), *dims.values()]
         sections.append(render_run(rd, summary, out_path, png, why_report.image(why, "positions", out_path,
                                                                                 "acceptance by draft position"))
                         + tuning_report.section(summary, out_path, extra)
+                        + dimensions_report.section(summary, out_path, dims)
                         + why_report.section(summary, out_path, why, list(summaries.values()))
                         + completion_text(summary) + load_report.section(rd.path, out_path, plot))
         names.append(summary["manifest"]["name"])

@@ -328,8 +328,8 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False, results_d
         vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
         args = f" {' '.join(s.args)}" if s.args else ""
         lines.append(f"  {s.id:{width}} --spec-type {s.spec_type}{extra}{args}{vs}")
-    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", {len(t.prompts)} prompts)"
-                                                                   if len(t.prompts) > 1 else ")")
+    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", depth {t.depth}" if t.depth else "")
+                                       + (f", {len(t.prompts)} prompts)" if len(t.prompts) > 1 else ")")
                                        for t in manifest.tasks))
     if manifest.suites:
         lines += suite_plan.lines(manifest, [it.cell.task.id for it in plan.items], models_dir, results_dir)

@@ -212,6 +212,16 @@ class DeviceLoad(TypedDict):
     device_mib: float
 
 
+class Context(TypedDict):
+    """The filler a task's depth put before its prompt (harness/run/filler.py)."""
+
+    depth: int
+    filler_tokens: int
+    filler_sha256: str
+    filler_chars: int
+    source: str
+
+
 class ResultRecord(TypedDict):
     """One measurement (schemas/result.schema.json)."""
 
@@ -244,6 +254,7 @@ class ResultRecord(TypedDict):
     quiet: NotRequired[Quiet]
     interference: NotRequired[Interference]
     concurrency: NotRequired[Concurrency]
+    context: NotRequired[Context]
     slots: NotRequired[Slots | None]
     server_log: NotRequired[ServerLogFacts]
     device: NotRequired[DeviceLoad | None]
@@ -300,3 +311,4 @@ class RequestPart(TypedDict):
     interference: NotRequired[Interference]
     concurrency: NotRequired[Concurrency]
     probs: NotRequired[Probs]
+    context: NotRequired[Context]

@@ -686,6 +686,48 @@ class ServingJson(TypedDict):
     confirmation_rounds: dict[str, list[int]]
 
 
+class DimensionPoint(TypedDict):
+    """One value of a length or depth curve: its task's speedup cell (harness/analysis/dimensions.py)."""
+
+    value: int
+    task: str
+    speedup: float | None
+    low: float | None
+    high: float | None
+    mark: int  # +1 marked faster, -1 slower, 0 neither
+    verdict: str | None
+    rounds: int
+
+
+class DimensionCrossover(TypedDict):
+    """Where a curve's marks say it crosses 1 (`dimensions.Crossover`)."""
+
+    kind: str  # none | one | several
+    low: int | None
+    high: int | None
+    estimate: float | None
+    rising: bool | None
+
+
+class DimensionCurve(TypedDict):
+    """A strategy's speedup on one manifest entry along output length or context depth."""
+
+    host: str
+    strategy: str
+    task: str
+    dimension: str  # n_predict | depth
+    fixed: dict[str, int]
+    points: list[DimensionPoint]
+    crossover: DimensionCrossover
+
+
+class Dimensions(TypedDict, total=False):
+    """The summary's `dimensions` part: present only for a run with lengths or depths listed."""
+
+    dimensions: list[DimensionCurve]
+    rules_dimensions: str
+
+
 class Tuning(TypedDict, total=False):
     """The summary's `sweeps` and `serving` parts: present only for a run with a sweep or several levels."""
 
@@ -1110,6 +1152,8 @@ class Summary(TypedDict):
     serving: NotRequired[list[ServingJson]]
     rules_sweep: NotRequired[str]
     rules_serving: NotRequired[str]
+    dimensions: NotRequired[list[DimensionCurve]]
+    rules_dimensions: NotRequired[str]
     builds: NotRequired[BuildsJson]
     distribution: NotRequired[StudySummary]
     categories: NotRequired[list[CategoryJson]]  # a run with prompt suites (harness/analysis/prompt_sample.py)
