@@ -1,0 +1,229 @@
+"""A forged run folder cannot move a verdict without a line saying why: retakes against the plan's cap, build
+pairs of one strategy, sampling batches whose lists match their tokens, study arms that match their settings,
+records in the order they were made, server-log figures within their range. Each crafted folder is a copy of a
+committed run, edited as someone handed it would edit it, and gets one line naming its file and field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness import ROOT, KitError
+from harness.report import results as rp
+from tests.crafted import DEMO_RUN, one_line
+
+BUILDS_RUN = ROOT / "results" / "builds-gemma3-270m"
+STUDY_RUN = ROOT / "results" / "real-gemma3-270m-distribution"
+
+Edit = Callable[[dict, list[dict], list[dict]], None]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def forged(folder: Path, source: Path, edit: Edit, name: str = "forged") -> Path:
+    """A copy of a committed run with run.json, its measurements and its samples edited."""
+    run = folder / name
+    shutil.copytree(source, run)
+    meta = json.loads((run / "run.json").read_text())
+    recs, batches = _lines(run / "measurements.jsonl"), _lines(run / "samples.jsonl")
+    edit(meta, recs, batches)
+    (run / "run.json").write_text(json.dumps(meta))
+    for file, rows in (("measurements.jsonl", recs), ("samples.jsonl", batches)):
+        if (run / file).exists():
+            (run / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def refused(folder: Path, source: Path, edit: Edit, *parts: str) -> str:
+    run = forged(folder, source, edit)
+    with pytest.raises(KitError) as e:
+        rp.write([run], folder / "RESULTS.md", plot=False)
+    assert not (folder / "RESULTS.md").exists()
+    msg = one_line(e, *parts)
+    assert "summary.json" not in msg, msg  # the input is named, never the kit's own output
+    return msg
+
+
+# ---------------------------------------------------------------- retakes against the cap
+
+def _retakes_over_cap(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+    """40 'retakes' in a run planned with retake_cap 0: disturbed records again, the decode rate doubled."""
+    assert meta["plan"]["retake_cap"] == 0
+    for r in [r for r in recs if r["status"] == "ok" and r["strategy"].startswith("ngram-mod")][:40]:
+        r["interference"] = {**(r.get("interference") or {}), "disturbed": True}
+        again = json.loads(json.dumps(r))
+        again["client"]["decode_tok_s"] *= 2
+        again["retake_of"], again["measurement_id"] = r["measurement_id"], r["measurement_id"] + "/retake"
+        recs.append(again)
+    for k, r in enumerate(recs):
+        r["order"] = k
+
+
+def test_retakes_beyond_the_plans_cap_are_one_line(sandbox):
+    refused(sandbox.work, BUILDS_RUN, _retakes_over_cap, "measurements.jsonl: line 109: retake 1 of the run",
+            "run.json plan.retake_cap allows 0")
+
+
+def test_a_retake_of_a_retake_counts_against_the_cap_too(sandbox):
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        meta["plan"]["retake_cap"] = 1
+        first = next(r for r in recs if r["status"] == "ok" and r["strategy"] == "ngram-mod[build=b10502]")
+        first["interference"] = {**(first.get("interference") or {}), "disturbed": True}
+        again = {**json.loads(json.dumps(first)), "retake_of": first["measurement_id"],
+                 "measurement_id": first["measurement_id"] + "/retake"}
+        twice = {**json.loads(json.dumps(again)), "retake_of": again["measurement_id"],
+                 "measurement_id": again["measurement_id"] + "/retake"}
+        recs += [again, twice]
+        for k, r in enumerate(recs):
+            r["order"] = k
+    refused(sandbox.work, BUILDS_RUN, edit, "line 110: retake 2 of the run", "allows 1")
+
+
+# ---------------------------------------------------------------- build pairs
+
+def _rename(old: str, new: str) -> Edit:
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        for obj in (meta, *recs):
+            text = json.dumps(obj).replace(json.dumps(old)[:-1], json.dumps(new)[:-1]).replace(f"/{old}/", f"/{new}/")
+            obj.clear()
+            obj.update(json.loads(text))
+    return edit
+
+
+def test_a_build_pair_of_two_strategies_is_one_line(sandbox):
+    refused(sandbox.work, BUILDS_RUN, _rename("ngram-simple[build=b10502]", "ngram-mod"),
+            "run.json: strategies[5].id: 'ngram-mod[build=b10502]' is a second strategy named 'ngram-mod' on build "
+            "'b10502'")
+
+
+def test_a_build_pair_of_two_spec_types_is_one_line(sandbox):
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        # the real ngram-mod of b10502 dropped, ngram-simple's measurements under its name
+        gone = "ngram-mod[build=b10502]"
+        meta["strategies"] = [s for s in meta["strategies"] if s["id"] != gone]
+        meta["plan"]["strategies"].remove(gone)
+        recs[:] = [r for r in recs if r["strategy"] != gone]
+        _rename("ngram-simple[build=b10502]", "ngram-mod")(meta, recs, batches)
+        meta["plan"]["measurements"] = len(recs)
+        for k, r in enumerate(recs):
+            r["order"] = k
+    refused(sandbox.work, BUILDS_RUN, edit, "run.json: strategies[4].spec_type: 'ngram-mod', but 'ngram-mod' "
+            "(strategies[3]), the same strategy 'ngram-mod' on build 'b10502', has 'ngram-simple'")
+
+
+# ---------------------------------------------------------------- the sampling study
+
+def _double_reference_logprobs(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+    for b in batches:
+        if b["role"] == "reference":
+            for s in b["samples"]:
+                s["logprobs"] = s["logprobs"] * 2
+
+
+def _arm_settings(**settings) -> Edit:
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        meta["plan"]["distribution"].update(settings)
+    return edit
+
+
+def _reference_first(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+    arms = meta["plan"]["distribution"]["arms"]
+    arms.insert(0, arms.pop(1))
+
+
+def _no_reference(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+    d = meta["plan"]["distribution"]
+    d["arms"] = [a for a in d["arms"] if a["role"] != "reference"]
+    batches[:] = [b for b in batches if b["role"] != "reference"]
+    d.pop("batches", None)
+    d.pop("requests", None)
+
+
+@pytest.mark.parametrize("edit,parts", [
+    (_double_reference_logprobs, ("samples.jsonl: line", "samples[0].logprobs: 96 entries for its 48 tokens")),
+    (_arm_settings(temperature=0.5), ("run.json: plan.distribution.arms[0].temperature: 0.8, but the study's "
+                                      "settings", "make 0.5",)),
+    (_arm_settings(control={"temperature": 0.81}), ("run.json: plan.distribution.arms[2].temperature: 0.8",
+                                                    "make 0.81")),
+    (_reference_first, ("run.json: plan.distribution.arms[0].id: 'baseline@reference'", "make 'baseline'")),
+    (_no_reference, ("run.json: plan.distribution.arms[1].id: 'baseline@control'", "make 'baseline@reference'")),
+])
+def test_a_forged_sampling_study_is_one_line(sandbox, edit, parts):
+    refused(sandbox.work, STUDY_RUN, edit, *parts)
+
+
+def test_accepted_drafts_above_drafted_name_the_samples_line(sandbox):
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        s = next(b for b in batches if b["role"] == "strategy")["samples"][0]
+        s["draft_n_accepted"] = s["draft_n"] + 1
+    refused(sandbox.work, STUDY_RUN, edit, "samples.jsonl: line", "samples[0].draft_n_accepted")
+
+
+# ---------------------------------------------------------------- order, counts and ranges of the records
+
+def _reverse_order(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+    for r in recs:
+        r["order"] = len(recs) - 1 - r["order"]
+
+
+def _last_round_first(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+    recs.sort(key=lambda r: -r["round"])
+    for k, r in enumerate(recs):
+        r["order"] = k
+
+
+def _server(key: str, value: object, strategy: str = "baseline") -> Edit:
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        next(r for r in recs if r["strategy"] == strategy and r["status"] == "ok")["server"][key] = value
+    return edit
+
+
+def _log(key: str, value: object) -> Edit:
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        next(r for r in recs if r.get("server_log"))["server_log"][key] = value
+    return edit
+
+
+def _statistics(**changes) -> Edit:
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        rec = next(r for r in recs if (r.get("server_log") or {}).get("statistics"))
+        stats = next(iter(rec["server_log"]["statistics"].values()))
+        stats.update(changes)
+    return edit
+
+
+@pytest.mark.parametrize("edit,parts", [
+    (_reverse_order, ("measurements.jsonl: line 1: order 287, expected 0",)),
+    (_last_round_first, ("measurements.jsonl: line", "round 2 recorded after a measurement of round 3",)),
+    (_server("predicted_n", -5), ("measurements.jsonl: line", "server.predicted_n")),
+    (_server("predicted_ms", -40.0), ("measurements.jsonl: line", "server.predicted_ms")),
+    (_server("draft_n_accepted", 99, "ngram-mod"), ("measurements.jsonl: line",
+                                                    "server.draft_n_accepted 99 is above server.draft_n")),
+])
+def test_a_record_out_of_order_or_range_is_one_line(sandbox, edit, parts):
+    refused(sandbox.work, DEMO_RUN, edit, *parts)
+
+
+VULKAN_RUN = ROOT / "results" / "demo-vulkan"
+
+
+@pytest.mark.parametrize("edit,field", [
+    (_log("acc_per_pos", [5, -3, 1e15]), "server_log.acc_per_pos"),
+    (_log("acc_per_pos", [0.5] * 1_000_000), "server_log.acc_per_pos"),
+    (_log("statistics", ["ngram-mod"]), "server_log.statistics"),
+    (_log("implementations", [{"x": 1}]), "server_log.implementations"),
+    (_log("draft_acceptance", {"rate": 1.5, "accepted": 3, "generated": 2, "mean_len": "4"}),
+     "server_log.draft_acceptance"),
+    (_statistics(dur_ms={"begin": -1.0, "draft": 0.1, "accept": 0.0}), "dur_ms"),
+    (_statistics(dur_ms={"begin": "1 ms", "draft": 0.1, "accept": 0.0}), "dur_ms"),
+    (_statistics(mean_acc_len="long"), "mean_acc_len"),
+    (_statistics(acc_rate_per_pos=[2.0]), "acc_rate_per_pos"),
+])
+def test_server_log_figures_outside_their_range_or_type_are_one_line(sandbox, edit, field):
+    refused(sandbox.work, VULKAN_RUN, edit, "measurements.jsonl: line", field)
