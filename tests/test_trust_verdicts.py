@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness import ROOT, KitError
+from harness.analysis import compare as cmp
+from harness.report import compare as compare_words
 from harness.report import results as rp
 from tests.crafted import DEMO_RUN, one_line
 
@@ -227,3 +229,99 @@ VULKAN_RUN = ROOT / "results" / "demo-vulkan"
 ])
 def test_server_log_figures_outside_their_range_or_type_are_one_line(sandbox, edit, field):
     refused(sandbox.work, VULKAN_RUN, edit, "measurements.jsonl: line", field)
+
+
+# ---------------------------------------------------------------- compare of two sampling studies
+
+def _without_arm(arm: str) -> Edit:
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        d = meta["plan"]["distribution"]
+        d["arms"] = [a for a in d["arms"] if a["id"] != arm]
+        batches[:] = [b for b in batches if b["arm"] != arm]
+        d["batches"] = d["batches"] // 6 * 5
+        d["requests"] = d["requests"] // 6 * 5
+    return edit
+
+
+def test_compare_of_two_studies_names_the_rows_only_one_has(sandbox):
+    a = forged(sandbox.work, STUDY_RUN, lambda m, r, b: None, "a")
+    b = forged(sandbox.work, STUDY_RUN, _without_arm("ngram-mod"), "b")
+    res = cmp.compare(a, b)
+    d = res.distribution
+    assert d is not None and d["changed"] == 0
+    assert sorted((r["side"], r["arm"], r["task"]) for r in d["missing"]) == [
+        ("A", "ngram-mod", "en-prose"), ("A", "ngram-mod", "zh-prose")]
+    text = compare_words.text(res)
+    assert "2 rows only one run has, not compared" in text and "only in A: ngram-mod / en-prose / en-prose" in text
+    assert "2 distribution verdicts only one run has" in res.verdict
+
+
+def test_a_renamed_strategy_arm_is_one_line(sandbox):
+    def edit(meta: dict, recs: list[dict], batches: list[dict]) -> None:
+        next(a for a in meta["plan"]["distribution"]["arms"] if a["id"] == "ngram-mod")["id"] = "ngram-mod2"
+    a = forged(sandbox.work, STUDY_RUN, lambda m, r, b: None, "a")
+    b = forged(sandbox.work, STUDY_RUN, edit, "b")
+    with pytest.raises(KitError) as e:
+        cmp.compare(a, b)
+    one_line(e, "b/run.json: plan.distribution.arms[4].id: 'ngram-mod2'", "make 'ngram-mod'")
+    with pytest.raises(KitError) as e:
+        cmp.compare(a, forged(sandbox.work, STUDY_RUN, _no_reference, "c"))  # no StopIteration
+    one_line(e, "c/run.json: plan.distribution.arms[1].id")
+
+
+# ---------------------------------------------------------------- a server log the kit cannot read
+
+MALFORMED = [
+    "srv  log_server_r: draft acceptance = 0.5.1 ( 3 accepted /  6 generated), mean len = 1.5",
+    "srv  log_server_r: draft acceptance = 0.5 ( 3 accepted /  6 generated), mean len = 1..5",
+    "srv  log_server_r: draft acceptance = 7.0 ( 3 accepted /  6 generated), mean len = 1.5",
+    "srv  log_server_r: acc per pos = (0.5, x, 0.1)",
+    "srv  log_server_r: acc per pos = (5, -3, 1e15)",
+    "srv  log_server_r: acc per pos = (" + ", ".join(["0.5"] * 5000) + ")",
+    "srv  log_server_r: statistics ngram-mod: #calls(b,g,a) = 1 2 1, #gen drafts = 1, #acc drafts = 1, "
+    "#gen tokens = 3, #acc tokens = 3, #mean acc len = 1.2.3, #acc rate/pos = (1.0)",
+    "srv  log_server_r: statistics ngram-mod: #calls(b,g,a) = 1 2 1, #gen drafts = 1, #acc drafts = 1, "
+    "#gen tokens = 3, #acc tokens = 3, dur(b,g,a) = 0.1.1, 0.2, 0.3 ms",
+    "slot print_timing: id  0 | task 0 | prompt eval time =     1.2.3 ms /    10 tokens",
+    "slot print_timing: id  0 | task 0 |        eval time =     .. ms /    10 tokens",
+    "slot print_timing: id  0 | task 0 |        eval time =     1.0 ms /    " + "9" * 5000 + " tokens",
+    "srv  log_server_r: statistics " + "x" * 100 + ": #calls(b,g,a) = 1 2 1, #gen drafts = 1, #acc drafts = 1, "
+    "#gen tokens = 3, #acc tokens = 3",
+]
+
+
+@pytest.mark.parametrize("line", MALFORMED)
+def test_a_malformed_server_log_line_fails_the_measurement_with_the_line(line):
+    from types import SimpleNamespace
+
+    from harness.run import protocol, serverlog
+    from harness.run.client import MeasurementFailed
+    log = "adding speculative implementation 'ngram-mod'\n" + line + "\n"
+    parsed = serverlog.parse(log)  # never raises
+    assert parsed.malformed is not None and line.strip()[:40] in parsed.malformed
+    item = SimpleNamespace(cell=SimpleNamespace(task=SimpleNamespace(n_predict=8),
+                                                strategy=SimpleNamespace(parallel=1)))
+    with pytest.raises(MeasurementFailed) as e:
+        protocol.server_statistics(SimpleNamespace(log=lambda tail: log), item, set())
+    assert "server log: a line the kit cannot read" in e.value.reason and line.strip()[:40] in e.value.reason
+    assert len(e.value.reason) < 600
+
+
+def test_a_malformed_load_line_is_named_and_the_rest_still_read():
+    from harness.run import serverlog
+    log = ("load_tensors: using device Vulkan0 (llvmpipe) (unknown id) - 2048 MiB free\n"
+           "load_tensors:      Vulkan0 model buffer size =   1.2.3 MiB\n")
+    bad: list[str] = []
+    used = serverlog.devices(log, bad)
+    assert used is not None and used["models"][0]["device"] == "Vulkan0"
+    assert len(bad) == 1 and "1.2.3" in bad[0]
+
+
+def test_an_honest_server_log_reads_as_before():
+    from harness.run import serverlog
+    log = ("srv  log_server_r: draft acceptance = 0.50000 (    3 accepted /     6 generated), mean len = 1.50\n"
+           "srv  log_server_r: acc per pos = (1.0, 0.5, 0.0)\n")
+    parsed = serverlog.parse(log)
+    assert parsed.malformed is None
+    assert parsed.draft_acceptance == {"rate": 0.5, "accepted": 3, "generated": 6, "mean_len": 1.5}
+    assert parsed.acc_per_pos == [1.0, 0.5, 0.0]

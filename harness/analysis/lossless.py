@@ -390,11 +390,21 @@ def compare(a: shapes.StudySummary | None, b: shapes.StudySummary | None,
         return {"only": "A" if a else "B", "rows": [], "changed": 0, "same": 0}
     rows_a = {(r["host"], r["task"], r["prompt"], r["arm"]): r for r in a["rows"]}
     rows = []
+    missing: list[shapes.OneSideRow] = []
+    matched: set[tuple[str, str, str, str]] = set()
     for r in b["rows"]:
-        ra = rows_a.get((to_a.get(r["host"], r["host"]), r["task"], r["prompt"], r["arm"]))
+        key = (to_a.get(r["host"], r["host"]), r["task"], r["prompt"], r["arm"])
+        ra = rows_a.get(key)
         if ra is not None:
+            matched.add(key)
             rows.append({"host": ra["host"], "task": r["task"], "prompt": r["prompt"], "arm": r["arm"],
                          "kind": r["kind"], "a": ra["verdict"], "b": r["verdict"], "p_adjusted_b": r["p_adjusted"],
                          "changed": ra["verdict"] != r["verdict"]})
+        else:
+            missing.append({"side": "B", "host": r["host"], "task": r["task"], "prompt": r["prompt"],
+                            "arm": r["arm"], "verdict": r["verdict"]})
+    missing[:0] = [{"side": "A", "host": k[0], "task": k[1], "prompt": k[2], "arm": k[3], "verdict": r["verdict"]}
+                   for k, r in rows_a.items() if k not in matched]
     return {"only": None, "settings_a": a["settings"], "settings_b": b["settings"], "rows": rows,
-            "changed": sum(r["changed"] for r in rows), "same": sum(not r["changed"] for r in rows)}
+            "changed": sum(r["changed"] for r in rows), "same": sum(not r["changed"] for r in rows),
+            "missing": missing}

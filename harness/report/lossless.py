@@ -168,8 +168,13 @@ def compare_lines(result: shapes.StudyComparison | None) -> list[str]:
         return []
     if result["only"]:
         return [f"lossless in distribution: only {result['only']} drew a sampling study"]
+    missing = result.get("missing") or []
     head = (f"lossless in distribution (A at {_setting(result['settings_a'])}, B at "
             f"{_setting(result['settings_b'])}): {result['same']} of {result['same'] + result['changed']} verdicts "
-            "the same" + ("" if result["changed"] else ", none changed"))
+            "the same" + ("" if result["changed"] else ", none changed")
+            + (f"; {len(missing)} row{'s' if len(missing) > 1 else ''} only one run has, not compared"
+               if missing else ""))
     return [head] + [f"  changed: {fm.console(r['arm'], 200)} / {fm.console(r['task'], 100)}: A {r['a']} -> B "
-                     f"{r['b']} (p {fm.pvalue(r['p_adjusted_b'])})" for r in result["rows"] if r["changed"]]
+                     f"{r['b']} (p {fm.pvalue(r['p_adjusted_b'])})" for r in result["rows"] if r["changed"]] + [
+        f"  only in {r['side']}: {fm.console(r['arm'], 200)} / {fm.console(r['task'], 100)} / "
+        f"{fm.console(r['prompt'], 100)} ({fm.console(r['verdict'], 100)})" for r in missing]

@@ -238,7 +238,7 @@ def planned_arms(d: StudyMeta) -> list[tuple]:
             out += [(b, b, "baseline", s.temperature, s.top_k, s.seed, b),
                     (f"{b}@reference", b, "reference", s.temperature, s.top_k, s.seed + s.samples, b),
                     (f"{b}@control", b, "control", control_t, control_k, s.seed, b)]
-        out.append((a.id, a.strategy, "strategy", s.temperature, s.top_k, s.seed, b))
+        out.append((a.strategy, a.strategy, "strategy", s.temperature, s.top_k, s.seed, b))
     return out
 
 
@@ -246,10 +246,6 @@ def _arms_problem(d: StudyMeta) -> str | None:
     """The study's arms are the ones its settings make (temperature, top-k, control, seeds, a reference arm for
     every baseline), in the order the kit lists them."""
     want = planned_arms(d)
-    strategies = tuple(a.id for a in d.arms if a.role == "strategy")
-    if strategies != tuple(d.settings.strategies):
-        return (f"plan.distribution.strategies: {list(d.settings.strategies)!r}, but its strategy arms are "
-                f"{list(strategies)!r}")
     got = [tuple(getattr(a, f) for f in _ARM_FIELDS) for a in d.arms]
     for i, (g, w) in enumerate(zip(got, want, strict=False)):
         for f, x, y in zip(_ARM_FIELDS, g, w, strict=True):

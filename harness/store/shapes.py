@@ -450,6 +450,17 @@ class ComparedRow(TypedDict):
     changed: bool
 
 
+class OneSideRow(TypedDict):
+    """A row only one run judged (its arm, task or prompt absent from the other): named, never compared."""
+
+    side: str
+    host: str
+    task: str
+    prompt: str
+    arm: str
+    verdict: str
+
+
 class StudyComparison(TypedDict):
     """Two runs' distribution verdicts row by row (`compare`)."""
 
@@ -457,6 +468,7 @@ class StudyComparison(TypedDict):
     rows: list[ComparedRow]
     changed: int
     same: int
+    missing: NotRequired[list[OneSideRow]]
     settings_a: NotRequired[StudySettings]
     settings_b: NotRequired[StudySettings]
 
