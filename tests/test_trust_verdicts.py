@@ -325,3 +325,40 @@ def test_an_honest_server_log_reads_as_before():
     assert parsed.malformed is None
     assert parsed.draft_acceptance == {"rate": 0.5, "accepted": 3, "generated": 6, "mean_len": 1.5}
     assert parsed.acc_per_pos == [1.0, 0.5, 0.0]
+
+
+# ---------------------------------------------------------------- the newest run, read bounded
+
+def test_the_newest_run_is_found_beside_a_deep_or_huge_run_json(sandbox):
+    results = sandbox.work / "results"
+    honest = forged(results, DEMO_RUN, lambda m, r, b: None, "honest")
+    deep = results / "deep"
+    deep.mkdir()
+    (deep / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    huge = results / "huge"
+    huge.mkdir()
+    with open(huge / "run.json", "wb") as f:
+        f.truncate(40 << 20)  # sparse: 40 MB of zeros, never read
+    assert rp.latest_run(results) == honest
+
+
+# ---------------------------------------------------------------- samples.jsonl read by report as by compare
+
+def test_report_refuses_a_samples_file_of_a_run_that_planned_no_study_as_compare_does(sandbox):
+    run = forged(sandbox.work, DEMO_RUN, lambda m, r, b: None)
+    shutil.copy(STUDY_RUN / "samples.jsonl", run / "samples.jsonl")
+    with pytest.raises(KitError) as e:
+        rp.write([run], sandbox.work / "RESULTS.md", plot=False)
+    one_line(e, "samples.jsonl: the run planned no sampling study (run.json: plan.distribution)")
+    with pytest.raises(KitError) as e:
+        cmp.compare(run, run)
+    one_line(e, "samples.jsonl: the run planned no sampling study")
+
+
+def test_a_torn_last_samples_line_is_noted(sandbox):
+    run = forged(sandbox.work, STUDY_RUN, lambda m, r, b: None)
+    text = (run / "samples.jsonl").read_text()
+    (run / "samples.jsonl").write_text(text[: text.rstrip("\n").rfind("\n") + 60])
+    rp.write([run], sandbox.work / "RESULTS.md", plot=False)
+    assert json.loads((run / "summary.json").read_text())["measurements"]["torn_samples_line"] is True
+    assert "the last line of samples.jsonl was cut short" in (sandbox.work / "RESULTS.md").read_text()

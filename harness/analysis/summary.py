@@ -153,8 +153,11 @@ def summarize(rd: RunDir) -> shapes.Summary:
     section = builds.summary(meta, index)  # a run of several builds: each later build against the first
     if section is not None:
         out["builds"] = section
+    samples = rd.samples()  # read and checked whenever the file is there, as compare reads it
+    if rd.torn_samples_line:
+        out["measurements"]["torn_samples_line"] = True
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
-        study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+        study = lossless.summary(meta.plan.distribution, samples, meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})
         if study is not None:
             out["distribution"] = study

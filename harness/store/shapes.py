@@ -287,6 +287,7 @@ class Counts(TypedDict):
     retake_pairs: int
     planned: int
     torn_last_line: bool
+    torn_samples_line: NotRequired[bool]
 
 
 class HostInterference(TypedDict):
