@@ -6,16 +6,23 @@ committed run, edited as someone handed it would edit it, and gets one line nami
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import ROOT, KitError
 from harness.analysis import compare as cmp
+from harness.intake import manifest as mf
 from harness.report import compare as compare_words
 from harness.report import results as rp
+from tests.conftest import DEMO as DEMO_MANIFEST
+from tests.conftest import write_manifest
 from tests.crafted import DEMO_RUN, one_line
 
 BUILDS_RUN = ROOT / "results" / "builds-gemma3-270m"
@@ -362,3 +369,44 @@ def test_a_torn_last_samples_line_is_noted(sandbox):
     rp.write([run], sandbox.work / "RESULTS.md", plot=False)
     assert json.loads((run / "summary.json").read_text())["measurements"]["torn_samples_line"] is True
     assert "the last line of samples.jsonl was cut short" in (sandbox.work / "RESULTS.md").read_text()
+
+
+# ---------------------------------------------------------------- bounds before any engine is asked
+
+def _invoke(*args: str) -> subprocess.CompletedProcess:
+    # an engine that does not exist: a flag checked after reaching it would say so instead
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--distribution", "1000000000000", "--distribution: expected 2 to 500 samples per arm"),
+    ("--distribution", "501", "--distribution: expected 2 to 500 samples per arm"),
+    ("--distribution", "1", "--distribution: expected 2 to 500 samples per arm"),
+    ("--quiet-wait", "99999999999m", "--quiet-wait: expected 0 to 3600 seconds"),
+    ("--quiet-wait", "inf", "--quiet-wait: expected a duration such as 30s or 2m"),
+    ("--quiet-wait", "٣٠s", "--quiet-wait: expected a duration such as 30s or 2m"),
+    ("--until", "1_0%", "--until: expected a percentage between 0 and 100%"),
+    ("--strategy", "no-such-strategy", "--strategies: no-such-strategy not in the manifest"),
+])
+def test_run_flags_are_bounded_before_any_engine_is_asked(sandbox, flag, value, expected):
+    res = _invoke("run", flag, value, "--manifest", str(DEMO_MANIFEST), "--results", str(sandbox.work))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1 and expected in lines[0], res.stderr
+    assert not any(sandbox.work.iterdir())  # no run folder was made
+
+
+def test_slots_times_the_context_are_bounded_in_the_manifest(sandbox):
+    raw = yaml.safe_load(DEMO_MANIFEST.read_text())
+    next(s for s in raw["strategies"] if s["id"] == "baseline")["parallel"] = [1, 64]
+    with pytest.raises(KitError) as e:
+        mf.load(write_manifest(sandbox.work, yaml.safe_dump(raw, sort_keys=False), "m.yaml"))
+    one_line(e, "m.yaml: strategies[0].parallel: 64 slots of server_args' -c 12288 ask llama-server for a context "
+                "of 786,432 tokens; at most 262,144")
+
+
+def test_the_default_control_of_a_hot_study_stays_within_the_temperatures_a_run_accepts(sandbox):
+    raw = yaml.safe_load(DEMO_MANIFEST.read_text())
+    raw["distribution"] = {"sampling": {"temperature": 9.9}, "samples": 4}
+    m = mf.load(write_manifest(sandbox.work, yaml.safe_dump(raw, sort_keys=False), "m.yaml"))
+    assert m.distribution is not None and m.distribution.control == ("temperature", 9.5)
