@@ -410,3 +410,42 @@ def test_the_default_control_of_a_hot_study_stays_within_the_temperatures_a_run_
     raw["distribution"] = {"sampling": {"temperature": 9.9}, "samples": 4}
     m = mf.load(write_manifest(sandbox.work, yaml.safe_dump(raw, sort_keys=False), "m.yaml"))
     assert m.distribution is not None and m.distribution.control == ("temperature", 9.5)
+
+
+# ---------------------------------------------------------------- the sampling table's cost
+
+def test_few_samples_are_tested_over_every_distinct_relabelling():
+    import numpy as np
+
+    from harness.analysis import lossless
+    m = lossless.permutations(2, 2, np.random.default_rng(0))
+    assert m.shape == (6, 4) and m[0].tolist() == [True, True, False, False]
+    assert len({tuple(r) for r in m.tolist()}) == 6 and all(r.sum() == 2 for r in m)
+    assert lossless.permutations(30, 30, np.random.default_rng(0)).shape == (lossless.PERMUTATIONS + 1, 60)
+
+
+def test_a_large_study_draws_fewer_relabellings_and_its_report_says_so():
+    from harness.analysis import lossless
+    from harness.report import lossless as words
+    assert lossless.permutation_count([120] * 12) == lossless.PERMUTATIONS  # the committed study's size
+    capped = lossless.permutation_count([1000] * 200)  # 500 samples against 500, 200 rows: the plan's largest
+    assert lossless.MIN_PERMUTATIONS <= capped < lossless.PERMUTATIONS
+    assert capped * 200 * 1000 ** 2 <= lossless.PERMUTATION_WORK
+    study = {"family": {"permutations": capped}, "rows": [{"samples": 500, "reference_samples": 500, "tests": [1]}]}
+    assert f"no p-value is below 1/{capped + 1:,}" in words._relabellings(study)
+
+
+def test_the_kernel_test_counts_shared_positions_as_before():
+    import random
+
+    import numpy as np
+
+    from harness.analysis import lossless
+    rng = random.Random(3)
+    tokens = [[rng.randrange(5) for _ in range(rng.randrange(0, 9))] for _ in range(30)]
+    length = max(len(t) for t in tokens)
+    kernel = np.array([[sum(a[j] == b[j] for j in range(min(len(a), len(b)))) / length for b in tokens]
+                       for a in tokens])
+    m = lossless.permutations(15, 15, np.random.default_rng(1), 200)
+    s = np.where(m, 1 / 15, -1 / 15)
+    assert np.allclose(lossless.hamming_mmd(tokens)(m), ((s @ kernel) * s).sum(axis=1), rtol=0, atol=1e-12)
