@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ("compare_calibration.py", ["--comparisons", "2", "--rounds", "3", "--jobs", "1"], "     3 regressed"),
     ("interval_coverage.py", ["--runs", "results/demo-cpu", "--noise", "spread", "--tables", "4", "--rounds", "3"],
      "demo-cpu"),
+    ("study_cost.py", ["--sizes", "4x5x2"], "         4x5x2      16"),
 ])
 def test_a_calibration_bench_prints_its_figures(script, args, row):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,
