@@ -426,26 +426,68 @@ def test_few_samples_are_tested_over_every_distinct_relabelling():
 
 def test_a_large_study_draws_fewer_relabellings_and_its_report_says_so():
     from harness.analysis import lossless
-    from harness.report import lossless as words
+    from harness.report import lossless as lossless_report
     assert lossless.permutation_count([120] * 12) == lossless.PERMUTATIONS  # the committed study's size
     capped = lossless.permutation_count([1000] * 200)  # 500 samples against 500, 200 rows: the plan's largest
     assert lossless.MIN_PERMUTATIONS <= capped < lossless.PERMUTATIONS
     assert capped * 200 * 1000 ** 2 <= lossless.PERMUTATION_WORK
     study = {"family": {"permutations": capped}, "rows": [{"samples": 500, "reference_samples": 500, "tests": [1]}]}
-    assert f"no p-value is below 1/{capped + 1:,}" in words._relabellings(study)
+    assert f"no p-value is below 1/{capped + 1:,}" in lossless_report._relabellings(study)
 
 
-def test_the_kernel_test_counts_shared_positions_as_before():
+@pytest.mark.parametrize("n", [30, 100])  # counted pair by pair, and sparsely
+def test_the_kernel_test_counts_shared_positions_as_before(n):
     import random
 
     import numpy as np
 
     from harness.analysis import lossless
     rng = random.Random(3)
-    tokens = [[rng.randrange(5) for _ in range(rng.randrange(0, 9))] for _ in range(30)]
+    tokens = [[rng.randrange(5) for _ in range(rng.randrange(0, 9))] for _ in range(n)]
     length = max(len(t) for t in tokens)
     kernel = np.array([[sum(a[j] == b[j] for j in range(min(len(a), len(b)))) / length for b in tokens]
                        for a in tokens])
-    m = lossless.permutations(15, 15, np.random.default_rng(1), 200)
-    s = np.where(m, 1 / 15, -1 / 15)
+    m = lossless.permutations(n // 2, n // 2, np.random.default_rng(1), 200)
+    s = np.where(m, 2 / n, -2 / n)
     assert np.allclose(lossless.hamming_mmd(tokens)(m), ((s @ kernel) * s).sum(axis=1), rtol=0, atol=1e-12)
+
+
+def _baseline_batch() -> dict:
+    """A batch of the committed study's baseline arm: its samples keep their candidates (`top`)."""
+    return next(b for b in _lines(STUDY_RUN / "samples.jsonl") if b["role"] == "baseline")
+
+
+def _sample_variants() -> list[object]:
+    first = _baseline_batch()["samples"][0]
+    edits = [
+        lambda s: None, lambda s: s.pop("top"), lambda s: s.update(logprobs=None), lambda s: s.update(stop_type=None),
+        lambda s: s.update(seed=-1), lambda s: s.update(seed=True), lambda s: s.update(seed=1.0),
+        lambda s: s.update(seed=2**63), lambda s: s.pop("draft_n"), lambda s: s.update(extra=1),
+        lambda s: s.update(tokens=[1, -2]), lambda s: s.update(tokens=[1, 2.0]), lambda s: s.update(tokens=[0] * 4097),
+        lambda s: s.update(tokens="123"), lambda s: s.update(stop_type="x" * 65), lambda s: s.update(stop_type=3),
+        lambda s: s.update(logprobs=[0.1]), lambda s: s.update(logprobs=[-1e16]), lambda s: s.update(logprobs=[False]),
+        lambda s: s.update(logprobs=[float("nan")]), lambda s: s.update(logprobs=[-3, -0.5]),
+        lambda s: s.update(top=[[[1, -0.5], [2, None]]]), lambda s: s.update(top=[[[1, -0.5, 3]]]),
+        lambda s: s.update(top=[[[1, 0.5]]]), lambda s: s.update(top=[[[-1, -0.5]]]), lambda s: s.update(top=[[1]]),
+        lambda s: s.update(top=[[[1, -0.1]] * 65]), lambda s: s.update(top=None), lambda s: s.update(draft_n="1"),
+    ]
+    out: list[object] = []
+    for edit in edits:
+        s = json.loads(json.dumps(first))
+        edit(s)
+        out.append(s)
+    return out + [5, None, "x"]
+
+
+def test_the_fast_check_of_a_batchs_samples_agrees_with_the_schema():
+    from harness import schema
+    from harness.store import batch_shape
+    batch = _baseline_batch()
+    fits = []
+    for s in _sample_variants():
+        rec = {**batch, "samples": [s]}
+        valid = not schema.errors("samples", rec)
+        assert batch_shape.samples_fit(rec["samples"]) == valid, s
+        fits.append(valid)
+    assert 3 < sum(fits) < len(fits)  # both kinds were tried
+    assert not batch_shape.samples_fit([batch["samples"][0]] * 10_001)

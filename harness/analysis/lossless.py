@@ -29,6 +29,7 @@ family's error on A/A copies and the control's detection rate."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -55,6 +56,8 @@ PERMUTATION_WORK = 5 * 10**10
 #: Never fewer relabellings than this per test, however large the study (p-values resolve to 1/(count + 1)).
 MIN_PERMUTATIONS = 199
 BOOTSTRAPS = 2000
+#: Up to this many samples in a row, the kernel test counts shared positions pair by pair; above, sparsely.
+DENSE_KERNEL = 64
 #: Categories seen fewer times than this in both samples together are pooled into one.
 MIN_CATEGORY = 5
 POWER = 0.8
@@ -209,6 +212,12 @@ def hamming_mmd(tokens: Sequence[Sequence[int]]) -> Callable[[np.ndarray], np.nd
     grid = np.repeat(-1 - np.arange(n, dtype=np.int64)[:, None], length, axis=1)
     for i, t in enumerate(tokens):
         grid[i, :len(t)] = t
+    if n <= DENSE_KERNEL:
+        same = np.zeros((n, n), dtype=np.int64)
+        for j in range(length):
+            same += grid[:, j, None] == grid[None, :, j]
+        same[np.diag_indices(n)] -= np.array([length - len(t) for t in tokens], dtype=same.dtype)
+        return _mmd(same / length)
     # samples x (position, token) incidence: its product with itself counts the positions two samples share
     # (sparse: the cost follows the pairs that match, not every pair at every position)
     span = int(grid.max()) + n + 2
@@ -217,8 +226,10 @@ def hamming_mmd(tokens: Sequence[Sequence[int]]) -> Callable[[np.ndarray], np.nd
                                    (np.repeat(np.arange(n), length), codes.ravel())))
     same = (incidence @ incidence.T).toarray()
     same[np.diag_indices(n)] -= np.array([length - len(t) for t in tokens], dtype=same.dtype)
-    kernel = same / length
+    return _mmd(same / length)
 
+
+def _mmd(kernel: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     def stat(m: np.ndarray) -> np.ndarray:
         n_a = m[0].sum()
         s = np.where(m, 1.0 / n_a, -1.0 / (m.shape[1] - n_a))
@@ -268,6 +279,7 @@ def total_variation(codes: np.ndarray, k: int, n_a: int, rng: np.random.Generato
             "high": round(float(min(1.0, 2 * est - lo)), 4), "categories": k}
 
 
+@functools.lru_cache(maxsize=4096)
 def detectable_tv(n_a: int, n_b: int, family: int) -> float:
     """The smallest total-variation distance these sample sizes detect with POWER at the family's strictest level
     (Holm's first step, alpha / tests): mass moved between two halves of the outcomes, a two-proportion test at
