@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import re
 import sys
@@ -63,6 +64,8 @@ def _fraction(flag: str, value) -> float | None:
         return None
     text = str(value).strip()
     try:
+        if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)%?", text, re.ASCII):  # not '1_0%', not '٣%'
+            raise ValueError(text)
         return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got "
@@ -71,7 +74,10 @@ def _fraction(flag: str, value) -> float | None:
 
 def _until(value) -> float | None:
     """--until: a relative half-width between 0 and 100% (not nan, not 0)."""
-    u = _fraction("--until", value)
+    try:
+        u = _fraction("--until", value)
+    except KitError:
+        u = math.nan
     if u is not None and not 0 < u < 1:
         raise KitError(f"--until: expected a percentage between 0 and 100% such as 5%, got {console(repr(value), 80)}")
     return u
@@ -81,7 +87,7 @@ def _seconds(flag: str, value) -> float | None:
     """'30s', '2m', '45' (seconds) -> seconds."""
     if value is None:
         return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m)?\s*", str(value))
+    m = re.fullmatch(r"\s*([0-9]{1,18}(?:\.[0-9]{1,9})?)\s*(s|m)?\s*", str(value), re.ASCII)
     if not m:
         raise KitError(f"{flag}: expected a duration such as 30s or 2m, got {value!r}")
     return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
@@ -362,7 +368,7 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     from harness.intake import manifest as mf
     from harness.intake import trust
     from harness.models import suite_fetch
-    from harness.run import runner
+    from harness.run import plan, runner, study
 
     # every flag checked, then one load and one trust decision, before any engine or host is reached
     retakes = _int("--retakes", retakes, minimum=0)
@@ -371,9 +377,16 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     seed = _int("--seed", seed, minimum=0, maximum=2**63 - 1)
     until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
     distribution = _int("--distribution", distribution, minimum=0)
+    if distribution is not None:
+        study.check_samples(distribution)
     wait = _seconds("--quiet-wait", quiet_wait)
+    if wait is not None and wait > runner.MAX_QUIET_WAIT_S:
+        raise KitError(f"--quiet-wait: expected 0 to {runner.MAX_QUIET_WAIT_S} seconds, got "
+                       f"{console(repr(quiet_wait), 80)}")
     suite_fetch.ensure(_manifest_path(c, manifest))  # a prompt suite's file, as the models are fetched
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
+    if not resume:  # the strategies and tasks named exist (a resume measures its own plan's)
+        plan.select(trusted.manifest, _split(strategy), _split(task_id))
     if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
         raise KitError(f"--max-rounds {max_rounds} is fewer than the {runs or trusted.manifest.runs} planned runs")
 

@@ -182,6 +182,10 @@ class Comparison:
         if changed:
             out += (f"; {changed} distribution verdict{'s' if changed > 1 else ''} changed "
                     "(lossless in distribution, below)")
+        missing = len((self.distribution or {}).get("missing") or [])
+        if missing:
+            out += (f"; {missing} distribution verdict{'s' if missing > 1 else ''} only one run has "
+                    "(lossless in distribution, below)")
         return out
 
     def row_call(self, r: repro.Row) -> repro.Call:

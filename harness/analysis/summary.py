@@ -191,8 +191,11 @@ def summarize(rd: RunDir) -> shapes.Summary:
     categories, design = suite_categories.summary(meta, index, baselines, table)  # prompt suites: two intervals
     if categories:
         out["categories"], out["categories_power"] = categories, design
+    samples = rd.samples()  # read and checked whenever the file is there, as compare reads it
+    if rd.torn_samples_line:
+        out["measurements"]["torn_samples_line"] = True
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
-        study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+        study = lossless.summary(meta.plan.distribution, samples, meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})
         if study is not None:
             out["distribution"] = study

@@ -25,6 +25,8 @@ from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
 
 DEFAULT_LOAD_TIMEOUT_S = 600.0
+#: The most context one server is asked for (its slots' -c together): 8 slots of 32k.
+MAX_SERVER_CONTEXT = 262_144
 DEFAULT_REQUEST_TIMEOUT_S = 900.0
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_PROMPT_BYTES = 4 << 20
@@ -254,6 +256,9 @@ class Sampling:
 #: the study's temperature.
 STUDY_SAMPLES, STUDY_TOKENS, STUDY_PREFIX, STUDY_BATCH, STUDY_SEED = 24, 16, 3, 8, 1
 STUDY_TEMPERATURE, STUDY_CONTROL_OFFSET = 0.8, 0.4
+#: The schemas' bounds of a study: temperature at most 10, at most 500 samples per arm (the kernel test compares
+#: every pair of samples).
+MAX_TEMPERATURE, MAX_STUDY_SAMPLES = 10.0, 500
 
 
 @dataclass(frozen=True)
@@ -309,7 +314,10 @@ def study(block: Mapping[str, Any], strategies: tuple[Strategy, ...], tasks: tup
         names += picked
     sp = block["sampling"]
     temperature = float(sp["temperature"])
-    control = dict(block.get("control") or {"temperature": round(temperature + STUDY_CONTROL_OFFSET, 6)})
+    # the default control a step warmer, or cooler where warmer would pass the schema's highest temperature
+    warmer = temperature + STUDY_CONTROL_OFFSET
+    default = warmer if warmer <= MAX_TEMPERATURE else temperature - STUDY_CONTROL_OFFSET
+    control = dict(block.get("control") or {"temperature": round(default, 6)})
     kind, value = next(iter(control.items()))
     if (kind, value) in (("temperature", temperature), ("top_k", sp.get("top_k"))):
         raise fail(f"control.{kind}", f"{value} is the study's own setting; the control must differ from it")
@@ -623,11 +631,23 @@ class _Builder:
                     if len(sid) > expansion.MAX_ID_LENGTH:
                         raise self.fail(f"{fp}.builds", f"the name {sid[:60]!r}... is longer than "
                                         f"{expansion.MAX_ID_LENGTH} characters; a shorter build name")
+                    self.check_context(f"{fp}.parallel", e.parallel)
                     out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
                                         s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"),
                                         family, e.sweep, b))
         self.check_baselines(out)
         return tuple(out)
+
+    def check_context(self, field_path: str, parallel: int) -> None:
+        """N slots ask llama-server for N times server_args' -c (harness/run/server.py): bounded before any engine
+        is asked, as a single -c is by the model it loads."""
+        common = flags.canonical(tuple(self.raw.get("server_args", ())))
+        at = [i + 1 for i in range(len(common) - 1) if common[i] in ("-c", "--ctx-size")]
+        ctx = common[at[-1]] if at else ""
+        if parallel > 1 and ctx.isascii() and ctx.isdigit() and int(ctx) * parallel > MAX_SERVER_CONTEXT:
+            raise self.fail(field_path, f"{parallel} slots of server_args' -c {ctx} ask llama-server for a context "
+                            f"of {fm.count(int(ctx) * parallel)} tokens; at most {fm.count(MAX_SERVER_CONTEXT)} (a "
+                            "smaller -c or fewer slots)")
 
     def check_baselines(self, strategies: list[Strategy]) -> None:
         """With several builds, a speculative strategy's speedup is against a baseline of its own build: one must

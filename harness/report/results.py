@@ -30,11 +30,15 @@ from harness.report import load as load_report
 from harness.report import lossless as lossless_report
 from harness.report import tuning as tuning_report
 from harness.store import shapes
-from harness.store.rundir import RunDir
+from harness.store.rundir import RunDir, read_run_json
 from harness.store.runmeta import RunMeta
 
 CAVEAT = ("Acceptance is not comparable across drafter architectures: a sequential drafter (draft-simple) and a "
           "block drafter (DFlash, DSpark) accept different amounts per pass. Compare wall-clock tok/s.")
+
+
+TORN_SAMPLES = ("the last line of samples.jsonl was cut short (a crash mid-write): that batch of the sampling study "
+                "is not counted")
 
 
 def latest_run(results_dir: Path) -> Path:
@@ -44,10 +48,12 @@ def latest_run(results_dir: Path) -> Path:
         for p in results_dir.iterdir():
             f = p / "run.json"
             if f.is_file():
-                try:
-                    runs.append((str(json.loads(f.read_text()).get("created_at", "")), p.name, p))
-                except (json.JSONDecodeError, UnicodeDecodeError, OSError, AttributeError):
+                try:  # bounded as every reader of a run folder is (a forged run.json may sit beside the others)
+                    obj = read_run_json(f)
+                except KitError:
                     continue
+                if isinstance(obj, dict):
+                    runs.append((str(obj.get("created_at", ""))[:64], p.name, p))
     if not runs:
         raise KitError(f"no run folders under {results_dir}; run `invoke run` first or name one")
     return max(runs)[2]
@@ -449,7 +455,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta), ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
         return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts,
-                                                                builds.measured_on(builds.build_names(meta))))
+                                                                builds.measured_on(builds.build_names(meta)))
+                         + ([f"- {TORN_SAMPLES}", ""] if summary["measurements"].get("torn_samples_line") else []))
     if not summary["measurements"]["planned"]:  # a load study measured alone: its section follows (write)
         return "\n".join(parts)
     if summary["protocol"] == "reuse-server":
@@ -528,13 +535,16 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
                   "Layers offloaded of the model's (target, then drafter), and the device buffers llama-server "
                   "allocated (model, KV cache, compute) in MiB.", "", dev, ""]
     parts += ["### Prefill, time to first token, load, memory (medians)", "", _latency(v), ""]
-    if summary["missing"] or summary["measurements"].get("torn_last_line"):
+    torn = summary["measurements"].get("torn_samples_line")
+    if summary["missing"] or summary["measurements"].get("torn_last_line") or torn:
         parts += ["### Missing cells", ""]
         parts += [f"- {v.label(m['host'], m['strategy'])} / {fm.md(m['task'])}: {m['recorded']} of {m['expected']} "
                   "runs recorded" for m in summary["missing"]]
         if summary["measurements"].get("torn_last_line"):
             parts.append("- the last line of measurements.jsonl was cut short (a crash mid-write): that measurement "
                          "is not counted")
+        if torn:
+            parts.append(f"- {TORN_SAMPLES}")
         parts.append("")
     return "\n".join(parts)
 

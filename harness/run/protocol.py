@@ -110,6 +110,9 @@ def server_statistics(server: Server, item: Planned, seen: set[int]) -> result.S
         if not late or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    if parsed.malformed is not None:  # figures from a line the kit cannot read are none: the measurement fails
+        raise MeasurementFailed(f"server log: a line the kit cannot read: {parsed.malformed}",
+                                server.log(tail=SERVER_LOG_LINES), phase="request")
     out = parsed.speculation()
     calls = serverlog.draft_calls(parsed, seen)
     seen.update(parsed.calls, parsed.task_accepted)
@@ -123,7 +126,12 @@ def device_use(ctx: Context, server: Server) -> result.DeviceLoad | None:
     the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
     if not backends.get(ctx.backend).gpu:
         return None
-    return serverlog.devices(server.log(tail="all"))
+    malformed: list[str] = []
+    used = serverlog.devices(server.log(tail="all"), malformed)
+    if malformed:
+        raise MeasurementFailed(f"server log: a load line the kit cannot read: {malformed[0]}",
+                                server.log(tail=SERVER_LOG_LINES), phase="load")
+    return used
 
 
 def quiet(ctx: Context, engine: Engine) -> result.Quiet:

@@ -73,6 +73,10 @@ def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | N
                            f"its planned runs cannot grow; start a new run with --runs {runs}")
         changes["runs"] = runs
     if retakes is not None and retakes != p.retake_cap:
+        made = sum(1 for r in rd.measurements() if r.get("retake_of") is not None)
+        if retakes < made:
+            raise KitError(f"--retakes {retakes}: run {rd.run_id} has made {made} retakes already, and they count "
+                           "against the cap; give at least that many")
         changes["retake_cap"] = retakes
     if quiet_wait is not None and quiet_wait != p.quiet_wait_s:
         changes["quiet_wait_s"] = quiet_wait

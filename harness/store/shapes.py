@@ -297,6 +297,7 @@ class Counts(TypedDict):
     retake_pairs: int
     planned: int
     torn_last_line: bool
+    torn_samples_line: NotRequired[bool]
 
 
 class HostInterference(TypedDict):
@@ -460,6 +461,17 @@ class ComparedRow(TypedDict):
     changed: bool
 
 
+class OneSideRow(TypedDict):
+    """A row only one run judged (its arm, task or prompt absent from the other): named, never compared."""
+
+    side: str
+    host: str
+    task: str
+    prompt: str
+    arm: str
+    verdict: str
+
+
 class StudyComparison(TypedDict):
     """Two runs' distribution verdicts row by row (`compare`)."""
 
@@ -467,6 +479,7 @@ class StudyComparison(TypedDict):
     rows: list[ComparedRow]
     changed: int
     same: int
+    missing: NotRequired[list[OneSideRow]]
     settings_a: NotRequired[StudySettings]
     settings_b: NotRequired[StudySettings]
 
