@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
+from harness.analysis import breakeven, builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
@@ -89,8 +89,10 @@ def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
 
 def summarize(rd: RunDir) -> shapes.Summary:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
-    meta = rd.read_meta()
-    records = rd.measurements()
+    full = rd.read_meta()
+    measured = rd.measurements()
+    # synthetic acceptance (benchmarking only) has a section of its own and no place in any other table
+    meta, records = breakeven.split(full, measured)
     everything = CellIndex(records)
     index, _ = tuning.split(meta, everything)  # a sweep's confirmation rounds have their own table
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
@@ -153,6 +155,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
     section = builds.summary(meta, index)  # a run of several builds: each later build against the first
     if section is not None:
         out["builds"] = section
+    out |= breakeven.summary(full, CellIndex(measured))  # nothing for a run without breakeven blocks
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
         study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})

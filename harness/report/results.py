@@ -20,6 +20,7 @@ from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_text
+from harness.report import breakeven as breakeven_report
 from harness.report import builds as builds_report
 from harness.report import compare as compare_words
 from harness.report import explanation as why_report
@@ -502,6 +503,7 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
               "steps per pass), read from the GGUF headers; implied passes/s = tok/s / tokens per pass. A figure "
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
+    parts += breakeven_report.section(summary)  # the ceiling at full acceptance, beside the roofline
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
     parts += lossless_report.section(summary.get("distribution"), v.several_hosts)
     conc = _concurrency(v)
