@@ -48,6 +48,11 @@ def test_a_block_becomes_one_synthetic_strategy_per_value_beside_the_real_one(tm
     assert not m.strategy("draft-simple").synthetic and m.baseline_for(s).id == "baseline"
     rates = _load(tmp_path, _raw({"rates": [[0.9, 0.8, 0.5], [1, 1, 1]]}, args=[]))
     assert rates.strategy("draft-simple[synth-rates=0.9,0.8,0.5]").args == ("--spec-synth-rates", "0.9,0.8,0.5")
+    # a swept entry's curve at one of its combinations, named after it
+    swept = _load(tmp_path, _raw({"lengths": [1, 4], "at": {"--spec-draft-p-min": 0.75}}, args=[],
+                                 sweep={"--spec-draft-p-min": [0.5, 0.75]}))
+    s = swept.strategy("draft-simple[p-min=0.75,synth-len=4]")
+    assert s.args == ("--spec-draft-p-min", "0.75", "--spec-synth-len", "4") and s.sweep == () and s.synthetic
 
 
 @pytest.mark.parametrize("block, strategy, where, why", [
@@ -59,7 +64,10 @@ def test_a_block_becomes_one_synthetic_strategy_per_value_beside_the_real_one(tm
     ({"rates": [[0.5, 0.6, 0.1], [0.1, 0, 0]]}, {"args": []}, r"breakeven.rates\[0\]\[1\]", "non-increasing"),
     ({"rates": [[1.5, 0, 0], [0, 0, 0]]}, {"args": []}, "breakeven.rates", "at most 1"),
     ({"lengths": [2, 2.0]}, {}, "breakeven", "given twice"),
-    ({"lengths": [1, 2]}, {"sweep": {"--spec-draft-p-min": [0.5, 0.7]}}, "breakeven", "without a sweep"),
+    ({"lengths": [1, 2]}, {"sweep": {"--spec-draft-p-min": [0.5, 0.7]}}, "breakeven", "at one combination"),
+    ({"lengths": [1, 2], "at": {"--spec-draft-p-min": 0.6}}, {"sweep": {"--spec-draft-p-min": [0.5, 0.7]}},
+     "breakeven.at", "not one of the swept values"),
+    ({"lengths": [1, 2], "at": {"--spec-draft-p-min": 0.6}}, {}, "breakeven.at", "one value of each swept flag"),
     ({"lengths": [1, 2]}, {"parallel": 2}, "breakeven", "one client"),
 ])
 def test_values_the_build_would_refuse_are_one_line_before_anything_runs(tmp_path, block, strategy, where, why):
@@ -120,6 +128,7 @@ def test_a_run_measures_the_curve_keeps_it_out_of_other_tables_and_says_what_the
         assert c["breakeven"]["length"] == pytest.approx(100 / 60, rel=0.1)
         assert c["ceiling"] == {"length": 9, "measured": True, "speedup": c["points"][-1]["speedup"]}
         assert c["ceiling"]["speedup"] == pytest.approx(5.4, rel=0.1)
+        assert c["real"] == "draft-simple"
         assert c["achieved"]["sources"] == [be.COUNTERS] and c["achieved"]["length"] > 1
     text = "\n".join(words.section(s))
     assert "synthetic acceptance (benchmarking only)" in text

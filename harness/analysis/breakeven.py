@@ -170,6 +170,15 @@ def _n_max(family: StrategyMeta, members: list[tuple[StrategyMeta, float]]) -> i
     return max([n] + [math.ceil(x - 1) for _, x in members])
 
 
+def _real(meta: RunMeta, family: str, synthetic: StrategyMeta) -> StrategyMeta | None:
+    """The real strategy a synthetic one stands beside: of its entry, at one client, the combination whose swept
+    values its arguments carry (a swept entry's `at`), else the entry itself."""
+    args = list(synthetic.args)
+    pairs = {(args[i], args[i + 1]) for i in range(len(args) - 1)}
+    return next((s for s in meta.planned_strategies() if s.family_id == family and not s.synthetic
+                 and s.parallel == 1 and all(p in pairs for p in s.sweep)), None)
+
+
 def curves(meta: RunMeta, index: CellIndex) -> list[shapes.BreakevenCurve]:
     """Every break-even curve of a run (its full index: synthetic records included), in plan order."""
     fams: dict[str, list[tuple[StrategyMeta, float]]] = defaultdict(list)
@@ -180,7 +189,7 @@ def curves(meta: RunMeta, index: CellIndex) -> list[shapes.BreakevenCurve]:
     out: list[shapes.BreakevenCurve] = []
     for host in meta.plan.hosts:
         for fid, members in fams.items():
-            real = next((s for s in meta.strategies if s.id == fid), None)
+            real = _real(meta, fid, members[0][0])
             n_max = _n_max(real or members[0][0], members)
             for t in meta.planned_tasks():
                 by_round: dict[int, dict[float, float]] = defaultdict(dict)
@@ -211,7 +220,8 @@ def curves(meta: RunMeta, index: CellIndex) -> list[shapes.BreakevenCurve]:
                                 "length": round(c.length, 3), "lo": None if c.lo is None else round(c.lo, 3),
                                 "hi": None if c.hi is None else round(c.hi, 3)},
                             "verdict": verdict(c, n_max), "ceiling": ceiling,
-                            "achieved": achieved(index, CellKey(host, fid, t.id)) if real else None})
+                            "real": real.id if real else None,
+                            "achieved": achieved(index, CellKey(host, real.id, t.id)) if real else None})
     return out
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.analysis import breakeven, lossless, stats, tuning, words
 from harness.analysis import inference as inf
-from harness.analysis import lossless, stats, tuning, words
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
 from harness.store import result, shapes
@@ -225,11 +225,10 @@ def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: f
     counts and output hashes), and the absolute tok/s ratio, labelled hardware- and state-dependent and never
     judged."""
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
-    ma, mb = ra.read_meta(), rb.read_meta()
+    (ma, recs_a), (mb, recs_b) = (breakeven.split(rd.read_meta(), rd.measurements()) for rd in (ra, rb))
     diffs = [Difference(*d) for d in differences(ma, mb)]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = repro.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin,
-                          cell_margin)
+    rep = repro.reproduction(_stats(ma, recs_a), _stats(mb, _relabel(recs_b, pairs)), margin, cell_margin)
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
           (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}
     rows = sorted(rep.rows, key=lambda r: tuple(at[f].get(getattr(r, f), len(at[f]))

@@ -76,7 +76,7 @@ def values(raw: dict[str, Any], spec_type: str, args: tuple[str, ...],
     if not spec_types.get(spec_type).speculative:
         raise BreakevenError("breakeven", "a baseline (spec_type none) drafts nothing; give breakeven on a "
                              "speculative strategy")
-    if ("lengths" in raw) == ("rates" in raw):
+    if ("lengths" in raw) == ("rates" in raw):  # `at` (a swept entry's combination) is harness/intake/sweep.py's
         raise BreakevenError("breakeven", "expected exactly one of lengths or rates (llama-server takes "
                              f"{LENGTH_FLAG} or {RATES_FLAG}, not both)")
     n = n_max(spec_type, args, server_args)

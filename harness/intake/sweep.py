@@ -189,21 +189,33 @@ def synthetic(raw: dict[str, Any], expanded: list[Expanded], args: tuple[str, ..
               server_args: tuple[str, ...]) -> list[Expanded]:
     """The synthetic-acceptance strategies of an entry's `breakeven` block, one client each, named after the entry;
     SweepError where the block cannot be measured."""
-    if raw.get("sweep"):
-        raise SweepError("breakeven", "give breakeven on an entry without a sweep (a curve per combination would "
-                         "multiply the measurements); a sweep's chosen setting can be given in args")
     if not any(e.parallel == 1 for e in expanded):
         raise SweepError("breakeven", "synthetic acceptance is measured at one client: add 1 to parallel")
+    block = raw["breakeven"]
+    sweep, at = raw.get("sweep") or {}, block.get("at")
+    if sweep and at is None:
+        raise SweepError("breakeven", "a swept entry's curve is measured at one combination: give it as at: "
+                         "{flag: value} (one value of each swept flag)")
+    if at is not None and set(at) != set(sweep):
+        raise SweepError("breakeven.at", f"expected one value of each swept flag {sorted(sweep)}, got {sorted(at)}")
+    pairs: list[tuple[str, str]] = []
+    for f in sweep:
+        if value_key(value_text(at[f])) not in [value_key(value_text(v)) for v in sweep[f]]:
+            raise SweepError(f"breakeven.at.{f}", f"{at[f]!r} is not one of the swept values {sweep[f]}")
+        pairs.append((f, value_text(at[f])))
     try:
-        settings = breakeven.values(raw["breakeven"], raw["spec_type"], args, server_args)
+        settings = breakeven.values(block, raw["spec_type"], args + sweep_args(Expanded("", tuple(pairs), 1)),
+                                    server_args)
     except breakeven.BreakevenError as e:
         raise SweepError(e.field, e.message) from None
+    names = short_names(list(sweep))
     out = []
     for flag, value in settings:
-        eid = f"{raw['id']}[{flag.removeprefix('--spec-')}={value}]"
+        parts = [f"{names[f]}={v}" for f, v in pairs] + [f"{flag.removeprefix('--spec-')}={value}"]
+        eid = f"{raw['id']}[{','.join(parts)}]"
         if len(eid) > MAX_ID_LENGTH:
             raise SweepError("breakeven", f"the name {eid[:60]!r}... is longer than {MAX_ID_LENGTH} characters")
-        out.append(Expanded(eid, (), 1, (flag, value)))
+        out.append(Expanded(eid, (), 1, sweep_args(Expanded("", tuple(pairs), 1)) + (flag, value)))
     return out
 
 

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, explanation, stats, tuning
+from harness.analysis import breakeven, builds, explanation, stats, tuning
 from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
@@ -629,8 +629,8 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
                         + why_report.section(summary, out_path, why, list(summaries.values()))
                         + completion_text(summary))
         names.append(summary["manifest"]["name"])
-    parity = why_report.parity_section(explanation.report_parity(
-        [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))
+    real = [breakeven.split(rd.read_meta(), rd.measurements()) for rd in map(RunDir.open, run_dirs)]
+    parity = why_report.parity_section(explanation.report_parity([(m, CellIndex(r)) for m, r in real]))
     sections += [parity] if parity else []
     if comparison is not None:
         sections.append("\n".join([f"## Comparison: {fm.md(comparison.a.run_id)} (A) vs "

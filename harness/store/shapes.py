@@ -1059,6 +1059,7 @@ class BreakevenCurve(TypedDict):
     breakeven: BreakevenLength | None
     verdict: str
     ceiling: Ceiling
+    real: str | None  # the strategy measured at its own acceptance (a swept entry: the combination `at` names)
     achieved: AchievedLength | None
 
 
