@@ -10,12 +10,13 @@ import random
 import pytest
 import yaml
 
-from harness import LABEL_PREFIX, ROOT
+from harness import LABEL_PREFIX
 from harness.analysis import breakeven as be
 from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
 from harness.intake.bounded_yaml import ManifestError
 from harness.report import breakeven as words
+from harness.report import results as rp
 from harness.run import runner
 from harness.store.rundir import RunDir
 from tests.conftest import DEMO, trusted, write_manifest
@@ -131,6 +132,11 @@ def test_a_run_measures_the_curve_keeps_it_out_of_other_tables_and_says_what_the
         assert c["real"] == "draft-simple"
         assert c["achieved"]["sources"] == [be.COUNTERS] and c["achieved"]["length"] > 1
     text = "\n".join(words.section(s))
-    assert "synthetic acceptance (benchmarking only)" in text
     assert "draft-simple on code-edit needs a mean acceptance length ≥ 1.6" in text
-    assert (ROOT / "schemas" / "summary.schema.json").exists()
+    # the whole report: the section beside the roofline, no synthetic strategy in any other table
+    out = tmp_path / "RESULTS.md"
+    rp.write([world / "r" / "be"], out, plot=False)
+    report = out.read_text()
+    head, _, rest = report.partition("### Break-even acceptance: synthetic acceptance (benchmarking only)")
+    assert rest and "synth-len" not in head and "### Physics" in head
+    assert "synth-len" not in rest.partition("\n### ")[2].partition("\n## ")[0]  # nor in the sections after it
