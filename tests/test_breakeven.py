@@ -140,3 +140,5 @@ def test_a_run_measures_the_curve_keeps_it_out_of_other_tables_and_says_what_the
     head, _, rest = report.partition("### Break-even acceptance: synthetic acceptance (benchmarking only)")
     assert rest and "synth-len" not in head and "### Physics" in head
     assert "synth-len" not in rest.partition("\n### ")[2].partition("\n## ")[0]  # nor in the sections after it
+    # the decomposition's "what decides" says what the strategy needs beside what it achieves
+    assert report.count("; needs a mean acceptance length ≥ 1.6") == 2  # both tasks

@@ -40,6 +40,20 @@ def sentence(c: shapes.BreakevenCurve, several_hosts: bool) -> str:
     return (f"{who} on {fm.md(c['task'])}: too few complete rounds to fit its break-even line{got}.{ceiling}")
 
 
+def decides(c: shapes.BreakevenCurve) -> str:
+    """What the break-even curve adds to the decomposition's "what decides": the length needed beside the one
+    achieved."""
+    be, a = c["breakeven"], c["achieved"]
+    got = f", achieves {fm.num(a['length'])}" if a else ""
+    if c["verdict"] == "needs" and be is not None:
+        return f"; needs a mean acceptance length ≥ {fm.num(be['length'])} here{got} (synthetic acceptance)"
+    if c["verdict"] == "never":
+        return f"; does not pay here even at full acceptance{got} (synthetic acceptance)"
+    if c["verdict"] == "pays":
+        return f"; pays here at any acceptance length{got} (synthetic acceptance)"
+    return ""
+
+
 def section(summary: shapes.Summary) -> list[str]:
     """The run's break-even section; nothing for a run without synthetic strategies."""
     part = summary.get("breakeven")
