@@ -209,8 +209,8 @@ def curves(meta: RunMeta, index: CellIndex) -> list[shapes.BreakevenCurve]:
                                    "speedup": None if g is None else round(math.exp(g), 4),
                                    "lo": round(math.exp(iv[1]), 4) if iv else None,
                                    "hi": round(math.exp(iv[2]), 4) if iv else None})
-                if not any(p["rounds"] for p in points):
-                    continue
+                if not any(index.of(CellKey(host, s.id, t.id)) for s, _ in members):
+                    continue  # not measured (yet): a partial run names its missing cells elsewhere
                 c = crossing(by_round)
                 top = next((p for p in points if p["length"] == n_max + 1 and p["speedup"] is not None), None)
                 ceiling: shapes.Ceiling = {"length": n_max + 1, "measured": top is not None,

@@ -37,7 +37,8 @@ def sentence(c: shapes.BreakevenCurve, several_hosts: bool) -> str:
     if c["verdict"] == "never":
         return (f"{who} on {fm.md(c['task'])} does not pay on this machine even at full acceptance{got}."
                 f"{ceiling}")
-    return (f"{who} on {fm.md(c['task'])}: too few complete rounds to fit its break-even line{got}.{ceiling}")
+    return (f"{who} on {fm.md(c['task'])}: fewer than two rounds measured every length undisturbed, paired with "
+            f"the baseline: no break-even line{got}.{ceiling}")
 
 
 def decides(c: shapes.BreakevenCurve) -> str:
