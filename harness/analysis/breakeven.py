@@ -16,7 +16,7 @@ Per (host, strategy, task):
   line's own interval contains 1; t with rounds - 1 degrees of freedom). Unbounded where the slope is not
   distinguishable from 0. Its coverage, by simulation (bench/breakeven_coverage.py: 1,000 runs per setting, 3, 5
   and 8 rounds, per-measurement noise 5-30%, a shared baseline per round, lines through the origin and not):
-  94-97%. At 3 rounds and 20-30% noise a sixth to a half of the intervals are unbounded, and at 30% noise the
+  93.6-97.0%. At 3 rounds and 20-30% noise a sixth to a half of the intervals are unbounded, and at 30% noise the
   estimate reads 5-10% low (a ratio of log-normal measurements);
 - the achieved length: the real strategy's mean acceptance length per step (1 + accepted / drafts, from the
   server's counters, else from its log line), per round pooled over prompts, with a t interval over rounds;
