@@ -15,7 +15,7 @@ from harness.analysis import breakeven as be
 from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
 from harness.intake.bounded_yaml import ManifestError
-from harness.report import breakeven as words
+from harness.report import breakeven as breakeven_report
 from harness.report import results as rp
 from harness.run import runner
 from harness.store.rundir import RunDir
@@ -131,7 +131,7 @@ def test_a_run_measures_the_curve_keeps_it_out_of_other_tables_and_says_what_the
         assert c["ceiling"]["speedup"] == pytest.approx(5.4, rel=0.1)
         assert c["real"] == "draft-simple"
         assert c["achieved"]["sources"] == [be.COUNTERS] and c["achieved"]["length"] > 1
-    text = "\n".join(words.section(s))
+    text = "\n".join(breakeven_report.section(s))
     assert "draft-simple on code-edit needs a mean acceptance length ≥ 1.6" in text
     # the whole report: the section beside the roofline, no synthetic strategy in any other table
     out = tmp_path / "RESULTS.md"

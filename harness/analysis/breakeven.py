@@ -37,7 +37,7 @@ from scipy import stats as sps
 
 from harness.analysis.records import CellIndex, CellKey, Measurement
 from harness.analysis.speedups import paired_logs
-from harness.intake import breakeven as be
+from harness.intake import breakeven as synth_rules
 from harness.store import result, shapes
 from harness.store.runmeta import RunMeta, StrategyMeta
 
@@ -167,8 +167,8 @@ def achieved(index: CellIndex, key: CellKey) -> shapes.AchievedLength | None:
 
 def _n_max(family: StrategyMeta, members: list[tuple[StrategyMeta, float]]) -> int:
     try:
-        n = be.n_max(family.spec_type, family.args, ())
-    except be.BreakevenError:
+        n = synth_rules.n_max(family.spec_type, family.args, ())
+    except synth_rules.BreakevenError:
         n = 0
     return max([n] + [math.ceil(x - 1) for _, x in members])
 
@@ -186,9 +186,9 @@ def curves(meta: RunMeta, index: CellIndex) -> list[shapes.BreakevenCurve]:
     """Every break-even curve of a run (its full index: synthetic records included), in plan order."""
     fams: dict[str, list[tuple[StrategyMeta, float]]] = defaultdict(list)
     for s in meta.planned_strategies():
-        got = be.setting(s.args)
+        got = synth_rules.setting(s.args)
         if s.synthetic and got is not None:
-            fams[s.family_id].append((s, be.length_of(*got)))
+            fams[s.family_id].append((s, synth_rules.length_of(*got)))
     out: list[shapes.BreakevenCurve] = []
     for host in meta.plan.hosts:
         for fid, members in fams.items():
@@ -231,4 +231,4 @@ def curves(meta: RunMeta, index: CellIndex) -> list[shapes.BreakevenCurve]:
 def summary(meta: RunMeta, index: CellIndex) -> dict[str, Any]:
     """The summary's `breakeven` part: nothing for a run without synthetic strategies."""
     got = curves(meta, index)
-    return {"breakeven": {"label": be.LABEL, "curves": got}} if got else {}
+    return {"breakeven": {"label": synth_rules.LABEL, "curves": got}} if got else {}

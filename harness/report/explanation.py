@@ -13,7 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.report import breakeven as breakeven_words
+from harness.report import breakeven as breakeven_report
 from harness.report import plotting
 from harness.store import shapes
 
@@ -68,7 +68,7 @@ def decomposition_table(summary: shapes.Summary) -> str:
         row = [_who(d, several), fm.md(d["task"]),
                f"{fm.ratio(d['speedup'])} = {fm.sig(d['tokens_per_pass']['estimate'])} tok/pass × "
                f"{fm.sig(d['pass_rate']['estimate'])} pass rate", _factor(d["tokens_per_pass"]),
-               _factor(d["pass_rate"]), cause_text(d) + (breakeven_words.decides(curve) if curve else "")]
+               _factor(d["pass_rate"]), cause_text(d) + (breakeven_report.decides(curve) if curve else "")]
         if timed:
             row += [fm.pct(d.get("draft_share")),
                     "-" if d.get("verify_pass_ms") is None else
