@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.analysis import breakeven, lossless, stats, tuning, words, workload
 from harness.analysis import inference as inf
-from harness.analysis import lossless, stats, tuning, words, workload
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
 from harness.store import result, shapes
@@ -241,15 +241,14 @@ def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: f
     counts and output hashes), and the absolute tok/s ratio, labelled hardware- and state-dependent and never
     judged."""
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
-    ma, mb = ra.read_meta(), rb.read_meta()
-    rec_a, rec_b = ra.measurements(), rb.measurements()
+    (ma, recs_a), (mb, recs_b) = (breakeven.split(rd.read_meta(), rd.measurements()) for rd in (ra, rb))
     diffs = [Difference(*d) for d in differences(ma, mb)]
     both = [s for s in ma.plan.strategies if s in mb.plan.strategies]
     diffs += [Difference(p.field, p.a, p.b, True, "workload") for p in workload.differences(
-        workload.properties(ma, rec_a), workload.properties(mb, rec_b), both,
+        workload.properties(ma, recs_a), workload.properties(mb, recs_b), both,
         [t for t in ma.plan.tasks if t in mb.plan.tasks])]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = repro.reproduction(_stats(ma, rec_a), _stats(mb, _relabel(rec_b, pairs)), margin, cell_margin)
+    rep = repro.reproduction(_stats(ma, recs_a), _stats(mb, _relabel(recs_b, pairs)), margin, cell_margin)
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
           (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}
     rows = sorted(rep.rows, key=lambda r: tuple(at[f].get(getattr(r, f), len(at[f]))
@@ -258,7 +257,7 @@ def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: f
                       diffs, rep, rows, dict(pairs),
                       tuple(x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line),
                       lossless.compare(_study(ma, ra), _study(mb, rb), {hb: ha for ha, hb in pairs}),
-                      workload.same_records(rec_a, rec_b))
+                      workload.same_records(recs_a, recs_b))
 
 
 def _study(meta: RunMeta, rd: RunDir) -> shapes.StudySummary | None:

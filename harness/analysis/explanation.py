@@ -16,9 +16,11 @@ from harness.store import shapes
 from harness.store.runmeta import RunMeta
 
 #: Said once in the report where records carry no per-position figures ({build}: `builds.measured_on`).
-NO_POSITIONS = ("{build} prints acceptance by draft position only at trace level (`acc per pos`, "
-                "-lv 4, the GPU backends' level) and each draft call's accepted length only with LLAMA_TRACE set; "
-                "at the CPU backend's info level it prints the mean accepted length per call of each request")
+NO_POSITIONS = ("these records predate the kit's reading of the server's own counters (GET /metrics, every backend, "
+                "harness/run/metrics.py), and {build} prints acceptance by draft position only at trace level "
+                "(`acc per pos`, -lv 4, the GPU backends' level) and each draft call's accepted length only with "
+                "LLAMA_TRACE set; at the CPU backend's info level it prints the mean accepted length per call of "
+                "each request")
 
 
 def no_positions(meta: RunMeta) -> str:

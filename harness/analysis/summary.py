@@ -14,6 +14,7 @@ from typing import Any
 
 from harness import formatter as fm
 from harness.analysis import (
+    breakeven,
     builds,
     checks,
     completion,
@@ -122,8 +123,10 @@ def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
 
 def summarize(rd: RunDir) -> shapes.Summary:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
-    meta = rd.read_meta()
-    records = rd.measurements()
+    full = rd.read_meta()
+    measured = rd.measurements()
+    # synthetic acceptance (benchmarking only) has a section of its own and no place in any other table
+    meta, records = breakeven.split(full, measured)
     everything = CellIndex(records)
     index, _ = tuning.split(meta, everything)  # a sweep's confirmation rounds have their own table
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
@@ -194,6 +197,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
     samples = rd.samples()  # read and checked whenever the file is there, as compare reads it
     if rd.torn_samples_line:
         out["measurements"]["torn_samples_line"] = True
+    out |= breakeven.summary(full, CellIndex(measured))  # nothing for a run without breakeven blocks
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
         study = lossless.summary(meta.plan.distribution, samples, meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})

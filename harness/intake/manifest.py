@@ -632,7 +632,7 @@ class _Builder:
                         raise self.fail(f"{fp}.builds", f"the name {sid[:60]!r}... is longer than "
                                         f"{expansion.MAX_ID_LENGTH} characters; a shorter build name")
                     self.check_context(f"{fp}.parallel", e.parallel)
-                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
+                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e) + e.extra,
                                         s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"),
                                         family, e.sweep, b))
         self.check_baselines(out)

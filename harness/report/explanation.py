@@ -13,6 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.report import breakeven as breakeven_report
 from harness.report import plotting
 from harness.store import shapes
 
@@ -63,12 +64,15 @@ def decomposition_table(summary: shapes.Summary) -> str:
         return ""
     several = len(summary["hosts"]) > 1
     timed = any(d.get("draft_share") is not None for d in rows_in)
+    # where the run measured a break-even curve (harness/analysis/breakeven.py), what decides says it too
+    needs = {(c["host"], c["real"], c["task"]): c for c in (summary.get("breakeven") or {}).get("curves", [])}
     rows = []
     for d in rows_in:
+        curve = needs.get((d["host"], d["strategy"], d["task"]))
         row = [_who(d, several), fm.md(d["task"]),
                f"{fm.ratio(d['speedup'])} = {fm.sig(d['tokens_per_pass']['estimate'])} tok/pass × "
                f"{fm.sig(d['pass_rate']['estimate'])} pass rate", _factor(d["tokens_per_pass"]),
-               _factor(d["pass_rate"]), cause_text(d)]
+               _factor(d["pass_rate"]), cause_text(d) + (breakeven_report.decides(curve) if curve else "")]
         if timed:
             row += [fm.pct(d.get("draft_share")),
                     "-" if d.get("verify_pass_ms") is None else

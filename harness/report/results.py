@@ -14,12 +14,13 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, explanation, stats, tuning
+from harness.analysis import breakeven, builds, explanation, stats, tuning
 from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_text
+from harness.report import breakeven as breakeven_report
 from harness.report import builds as builds_report
 from harness.report import categories as categories_report
 from harness.report import compare as compare_words
@@ -523,6 +524,7 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
               "steps per pass), read from the GGUF headers; implied passes/s = tok/s / tokens per pass. A figure "
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
+    parts += breakeven_report.section(summary)  # the ceiling at full acceptance, beside the roofline
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
     parts += lossless_report.section(summary.get("distribution"), v.several_hosts,
                                      builds.measured_on(builds.build_names(meta)))
@@ -671,8 +673,8 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
                         + why_report.section(summary, out_path, why, list(summaries.values()))
                         + completion_text(summary) + load_report.section(rd.path, out_path, plot))
         names.append(summary["manifest"]["name"])
-    parity = why_report.parity_section(explanation.report_parity(
-        [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))
+    real = [breakeven.split(rd.read_meta(), rd.measurements()) for rd in map(RunDir.open, run_dirs)]
+    parity = why_report.parity_section(explanation.report_parity([(m, CellIndex(r)) for m, r in real]))
     sections += [parity] if parity else []
     if comparison is not None:
         sections.append("\n".join([f"## Comparison: {fm.md(comparison.a.run_id)} (A) vs "

@@ -326,6 +326,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False, results_d
         extra += f" build={s.build}" if s.build and f"build={s.build}]" not in s.id else ""
         base = manifest.baseline_for(s)
         vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
+        vs += ", synthetic acceptance (benchmarking only)" if s.synthetic else ""
         args = f" {' '.join(s.args)}" if s.args else ""
         lines.append(f"  {s.id:{width}} --spec-type {s.spec_type}{extra}{args}{vs}")
     lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", depth {t.depth}" if t.depth else "")

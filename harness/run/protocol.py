@@ -18,7 +18,7 @@ from harness.hosts import environment
 from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
 from harness.image import backends
-from harness.run import builds, interference, serverlog
+from harness.run import builds, interference, metrics, serverlog
 from harness.run.client import MeasurementFailed, run_request
 from harness.run.plan import Planned
 from harness.run.server import Server, labels_for
@@ -81,8 +81,10 @@ def set_failure(rec: result.ResultRecord, e: MeasurementFailed) -> None:
 
 def request_into(rec: result.ResultRecord, ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
     """The timed request against a ready server, its figures into the record (with the interference other work
-    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail."""
+    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail.
+    A speculative server's counters are read before and after it, outside the timed window (`spec_counters`)."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    before = metrics.scrape(server.endpoint, engine.transient_errors) if s.speculative else None
     if ctx.quiet_wait_s > 0:
         rec.setdefault("quiet", {})["wait"] = interference.wait_quiet(engine, server.container, ctx.quiet_wait_s)
     try:
@@ -94,6 +96,9 @@ def request_into(rec: result.ResultRecord, ctx: Context, engine: Engine, server:
             rec["interference"] = e.interference.as_dict()  # a failure while other work ran may be the host's: retaken
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
+    if before is not None:
+        rec["spec_counters"] = metrics.request_counters(before, metrics.scrape(server.endpoint,
+                                                                               engine.transient_errors))
 
 
 def server_statistics(server: Server, item: Planned, seen: set[int]) -> result.ServerLogFacts:

@@ -193,6 +193,22 @@ class ServerLogFacts(TypedDict):
     draft_calls: NotRequired[DraftCalls]
 
 
+class SpecCounters(TypedDict):
+    """One request's speculative counters: llama-server's /metrics after it minus before it (harness/run/metrics.py)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    #: accepted_per_pos[k]: draft calls that accepted at least k + 1 drafted tokens
+    accepted_per_pos: list[int]
+
+
+class CountersAbsent(TypedDict):
+    """Why a record has no counters: the scrape before or after the request could not be read."""
+
+    absent: str
+
+
 class LoadedModel(TypedDict):
     """Where the load lines put one model: its device, the layers offloaded, its model buffers per device."""
 
@@ -257,6 +273,8 @@ class ResultRecord(TypedDict):
     context: NotRequired[Context]
     slots: NotRequired[Slots | None]
     server_log: NotRequired[ServerLogFacts]
+    #: a speculative server's own counters for this request (GET /metrics before and after it), or why none
+    spec_counters: NotRequired[SpecCounters | CountersAbsent]
     device: NotRequired[DeviceLoad | None]
 
 

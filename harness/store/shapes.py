@@ -1127,6 +1127,74 @@ class CategoryPower(TypedDict):
     prompts_needed: int | None
 
 
+class BreakevenPoint(TypedDict):
+    """One synthetic acceptance length of a break-even curve: its paired speedup with its 95% interval."""
+
+    strategy: str
+    length: float
+    rounds: int
+    speedup: float | None
+    lo: float | None
+    hi: float | None
+
+
+class BreakevenFit(TypedDict):
+    """The mean over rounds of each round's line of speedup against length."""
+
+    intercept: float
+    slope: float
+    rounds: int
+
+
+class BreakevenLength(TypedDict):
+    """Where the fitted line crosses 1, with Fieller's 95% interval (None: unbounded on that side)."""
+
+    length: float
+    lo: float | None
+    hi: float | None
+
+
+class AchievedLength(TypedDict):
+    """The real strategy's mean acceptance length per step, with its 95% interval over rounds."""
+
+    length: float
+    lo: float | None
+    hi: float | None
+    rounds: int
+    sources: list[str]
+
+
+class Ceiling(TypedDict):
+    """The speedup at full acceptance (length n_max + 1): measured, or the fitted line's."""
+
+    length: int
+    measured: bool
+    speedup: float | None
+
+
+class BreakevenCurve(TypedDict):
+    """One strategy's break-even curve on one task and host (harness/analysis/breakeven.py)."""
+
+    host: str
+    strategy: str
+    task: str
+    n_max: int
+    points: list[BreakevenPoint]
+    fit: BreakevenFit | None
+    breakeven: BreakevenLength | None
+    verdict: str
+    ceiling: Ceiling
+    real: str | None  # the strategy measured at its own acceptance (a swept entry: the combination `at` names)
+    achieved: AchievedLength | None
+
+
+class BreakevenJson(TypedDict):
+    """The summary's break-even part: every curve, labelled synthetic acceptance (benchmarking only)."""
+
+    label: str
+    curves: list[BreakevenCurve]
+
+
 class Summary(TypedDict):
     """summary.json: one run folder summarised (harness/analysis/summary.py)."""
 
@@ -1171,3 +1239,4 @@ class Summary(TypedDict):
     distribution: NotRequired[StudySummary]
     categories: NotRequired[list[CategoryJson]]  # a run with prompt suites (harness/analysis/prompt_sample.py)
     categories_power: NotRequired[CategoryPower | None]
+    breakeven: NotRequired[BreakevenJson]
