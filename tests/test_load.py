@@ -21,6 +21,7 @@ from harness.intake import load as load_block
 from harness.intake import manifest as mf
 from harness.intake.bounded_yaml import ManifestError
 from harness.run import load as load_run
+from harness.run import metrics
 from harness.run.protocol import Context
 from harness.store import load as store
 from harness.store.rundir import RunDir
@@ -180,19 +181,21 @@ def test_metrics_follow_vllms_definitions_on_hand_made_timings():
     assert m.ttft_ms["p50"] == pytest.approx(200) and m.e2el_ms["p99"] == pytest.approx(1000 * (0.8 + 0.3 * 0.98))
 
 
-def test_the_metrics_parser_reads_only_the_speculative_counters():
-    text = ("# HELP llamacpp:spec_decode_num_drafts_total drafts\n# TYPE llamacpp:spec_decode_num_drafts_total "
-            "counter\nllamacpp:spec_decode_num_drafts_total 12\nllamacpp:spec_decode_num_accepted_tokens_total 30\n"
-            "llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 10\n"
-            "llamacpp:prompt_tokens_total 99\nllamacpp:spec_decode_num_draft_tokens_total nan\n")
-    got = load_run.parse_metrics(text)
-    assert got == {"llamacpp:spec_decode_num_drafts_total": 12.0,
-                   "llamacpp:spec_decode_num_accepted_tokens_total": 30.0,
-                   'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}': 10.0}
-    acc = judged.acceptance({"metrics_before": {"llamacpp:spec_decode_num_drafts_total": 2.0,
-                                                "llamacpp:spec_decode_num_accepted_tokens_total": 5.0},
-                             "metrics_after": got})
-    assert acc["drafts"] == 10 and acc["accepted"] == 25 and acc["mean_length"] == pytest.approx(3.5)
+def test_a_levels_acceptance_is_its_servers_counters_after_minus_before():
+    """The level reads the counters as a single request does (harness/run/metrics.py): after the level minus after
+    the warm-up; where they could not be read, the acceptance is none, not zero."""
+    before = metrics.parse("llamacpp:spec_decode_num_drafts_total 2\nllamacpp:spec_decode_num_draft_tokens_total 8\n"
+                           "llamacpp:spec_decode_num_accepted_tokens_total 5\n")
+    after = metrics.parse("# TYPE llamacpp:spec_decode_num_drafts_total counter\n"
+                          "llamacpp:spec_decode_num_drafts_total 12\nllamacpp:spec_decode_num_draft_tokens_total 48\n"
+                          "llamacpp:spec_decode_num_accepted_tokens_total 30\nllamacpp:prompt_tokens_total 99\n")
+    acc = judged.acceptance({"spec_counters": metrics.request_counters(before, after)})
+    assert acc["drafts"] == 10 and acc["draft_tokens"] == 40 and acc["accepted"] == 25
+    assert acc["mean_length"] == pytest.approx(3.5)
+    absent = judged.acceptance({"spec_counters": metrics.request_counters(before, "GET /metrics answered 501")})
+    assert absent == {"drafts": None, "draft_tokens": None, "accepted": None, "mean_length": None}
+    assert store.problem_in_counters({"drafts": 1, "draft_tokens": 2, "accepted": 3, "accepted_per_pos": []}) \
+        == "accepted exceeds what was drafted"
 
 
 def _level(arm: str, entry: str, slots: int, rate: float, round_: int, service_s: float, n: int = 20,
@@ -287,7 +290,10 @@ class _StubEngine:
         def metrics() -> str:
             with lock:
                 seen["n"] += 1
-                return f"llamacpp:spec_decode_num_drafts_total {10 * seen['n']}\n"
+                n = seen["n"]
+                return (f"llamacpp:spec_decode_num_drafts_total {10 * n}\n"
+                        f"llamacpp:spec_decode_num_draft_tokens_total {40 * n}\n"
+                        f"llamacpp:spec_decode_num_accepted_tokens_total {20 * n}\n")
         srv = FakeLlamaServer(tokens=[1, 2, 3, 4], decode_s=0.05, metrics=metrics)
         srv.__enter__()
         self.servers.append(srv)
@@ -331,8 +337,8 @@ def test_one_fresh_server_per_strategy_level_and_round_into_load_jsonl(tmp_path)
            if x["level"] == "20" and x["round"] == 1 and x["slots"] == 1 for i in range(4)]
     assert key[:4] == key[4:]
     # counters after the warm-up and after the level, on the level's own server
-    assert all(x["metrics_before"] and x["metrics_after"]["llamacpp:spec_decode_num_drafts_total"] >
-               x["metrics_before"]["llamacpp:spec_decode_num_drafts_total"] for x in levels)
+    assert all(x["spec_counters"] == {"drafts": 10, "draft_tokens": 40, "accepted": 20, "accepted_per_pos": []}
+               for x in levels)
     # the warm-up requests went to the server and are not in the record: 2 + 4 streamed per server
     assert all(sum(1 for p, b in s.requests if p == "/completion") == 6 for s in engine.servers)
     assert load_run.draw(ctx, engine, rd, log=lambda s: None) == {"ok": 0, "failed": 0, "skipped": 16}

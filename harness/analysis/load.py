@@ -136,17 +136,13 @@ def metrics(requests: Sequence[store.Request], slo: Slo, duration_s: float) -> L
 
 
 def acceptance(rec: store.Level) -> dict[str, float | None]:
-    """The level's drafts and accepted tokens from the server's counters (after minus before), and the mean
-    acceptance length 1 + accepted / drafts; None where the counters were not there."""
-    before, after = rec.get("metrics_before") or {}, rec.get("metrics_after") or {}
-    out: dict[str, float | None] = {}
-    for key, name in (("drafts", "num_drafts_total"), ("draft_tokens", "num_draft_tokens_total"),
-                      ("accepted", "num_accepted_tokens_total")):
-        full = f"llamacpp:spec_decode_{name}"
-        out[key] = after[full] - before.get(full, 0.0) if full in after else None
-    d, a = out["drafts"], out["accepted"]
-    out["mean_length"] = 1 + a / d if d and a is not None else None
-    return out
+    """The level's drafts, drafted and accepted tokens from the server's counters (after minus before,
+    harness/run/metrics.py), and the mean acceptance length 1 + accepted / drafts; None where they were not read."""
+    c = rec.get("spec_counters") or {}
+    if "drafts" not in c:
+        return {"drafts": None, "draft_tokens": None, "accepted": None, "mean_length": None}
+    d, a = c["drafts"], c["accepted"]
+    return {"drafts": d, "draft_tokens": c["draft_tokens"], "accepted": a, "mean_length": 1 + a / d if d else None}
 
 
 # ---------------------------------------------------------------- the judgement

@@ -13,7 +13,7 @@
   request at once), then rates evenly between the two rates the baseline achieved there, in the first round at
   that slot count; every strategy is measured at those rates.
 - Acceptance under load: the server runs with --metrics; its `llamacpp:spec_decode_*` counters are read (GET
-  /metrics, a small bounded parser of the Prometheus text here) after the warm-up and after the level, on the
+  /metrics, read by harness/run/metrics.py as for a single request) after the warm-up and after the level, on the
   level's own server, so the difference is the level's."""
 
 from __future__ import annotations
@@ -35,16 +35,14 @@ from harness.formatter import console
 from harness.hosts.engine import Endpoint, Engine
 from harness.intake import load as load_block
 from harness.intake.manifest import Manifest, Strategy
-from harness.run.client import MeasurementFailed, get_status, render_prompt, request_body, stream_completion
+from harness.run import metrics
+from harness.run.client import MeasurementFailed, render_prompt, request_body, stream_completion
 from harness.run.executor import sigterm_as_interrupt
 from harness.run.protocol import Context
 from harness.run.server import Server, labels_for
 from harness.store import load as store
 from harness.store.rundir import RunDir
 
-#: The /metrics answer read at most (the counters the kit needs are a few lines).
-MAX_METRICS_BYTES = 1 << 20
-METRIC_PREFIX = "llamacpp:spec_decode_"
 #: How long past its last scheduled send a level waits for its last answers (besides the request timeout).
 DRAIN_GRACE_S = 5.0
 
@@ -65,34 +63,6 @@ def prompt_sequence(prompts: Sequence[tuple[str, str]], n: int, seed: str) -> li
     """n (task, prompt) pairs drawn with the seed: the same for every strategy at a level and round."""
     rng = random.Random(f"{seed}:prompts")
     return [prompts[rng.randrange(len(prompts))] for _ in range(n)]
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """The speculative counters of a Prometheus text answer: `name{labels} value` lines whose name starts with
-    llamacpp:spec_decode_, at most 200, finite values only."""
-    out: dict[str, float] = {}
-    for line in text.splitlines()[:10_000]:
-        if not line.startswith(METRIC_PREFIX) or len(out) >= 200:
-            continue
-        name, _, value = line.rpartition(" ")
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        if math.isfinite(v) and 0 <= v <= 1e15 and len(name) <= 200:
-            out[name.strip()] = v
-    return out
-
-
-def read_metrics(endpoint: Endpoint) -> dict[str, float]:
-    """The server's speculative counters now ({} where /metrics does not answer them)."""
-    try:
-        status, body = get_status(endpoint, "/metrics", timeout=5.0)
-    except (TimeoutError, ConnectionError, OSError):
-        return {}
-    if status != 200:
-        return {}
-    return parse_metrics(body[:MAX_METRICS_BYTES].decode("utf-8", "replace"))
 
 
 @dataclass
@@ -194,9 +164,10 @@ def measure_level(ctx: Context, engine: Engine, study: load_block.LoadStudy, arm
             plan, _ = level_plan(manifest, study, rendered, arm.parallel, level, rate, round_)
             for i in range(study.warmup):  # untimed, one at a time, not recorded
                 stream_completion(server.endpoint, plan.bodies[i % len(plan.bodies)], manifest.request_timeout_s)
-            rec["metrics_before"] = read_metrics(server.endpoint)
+            before = metrics.scrape(server.endpoint, engine.transient_errors)
             rec["requests"], _ = send(server.endpoint, plan, manifest.request_timeout_s)
-            rec["metrics_after"] = read_metrics(server.endpoint)
+            rec["spec_counters"] = metrics.request_counters(before, metrics.scrape(server.endpoint,
+                                                                                   engine.transient_errors))
             if all(r["error"] for r in rec["requests"]):
                 raise server.check_alive(rec["requests"][0]["error"] or "no request answered")
     except MeasurementFailed as e:

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from harness.hosts.engine import Endpoint
-from harness.store.result import CountersAbsent, SpecCounters
+from harness.store.result import MAX_COUNT, MAX_POSITIONS, CountersAbsent, SpecCounters
 
 PREFIX = "llamacpp:spec_decode_"
 DRAFTS = PREFIX + "num_drafts_total"
@@ -33,10 +33,6 @@ ACCEPTED = PREFIX + "num_accepted_tokens_total"
 PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
 #: The most bytes of a /metrics answer read (the pinned build's is about 3 KB; 64 per-position lines add 6 KB).
 MAX_BYTES = 256 << 10
-#: The most draft positions kept (the schema's bound; llama-server's n_max is far below it).
-MAX_POSITIONS = 4096
-#: A counter larger than this is not one a measurement makes (and keeps floats exact).
-MAX_COUNT = 2 ** 53
 SCRAPE_TIMEOUT_S = 5.0
 
 # `name{labels} value [timestamp]`; labels as Prometheus writes them (no nested braces)

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 from harness import KitError
 from harness import formatter as fm
+from harness.store.result import MAX_COUNT, MAX_POSITIONS, CountersAbsent, SpecCounters
 
 LOAD_FILE = "load.jsonl"
 FORMAT_VERSION = 1
@@ -71,9 +72,9 @@ class Level(_LevelRequired, total=False):
     server_command: list[str]
     container_id: str
     max_concurrency: int | None
-    #: The server's `llamacpp:spec_decode_*` counters (GET /metrics) after the warm-up and after the level.
-    metrics_before: dict[str, float]
-    metrics_after: dict[str, float]
+    #: The level's speculative counters: the server's /metrics after the level minus after the warm-up
+    #: (harness/run/metrics.py), or why there are none.
+    spec_counters: SpecCounters | CountersAbsent
 
 
 def path_of(run_dir: Path) -> Path:
@@ -147,12 +148,30 @@ def problem(obj: Any) -> str | None:
     for i, r in enumerate(reqs):
         if (why := _request_problem(r)) is not None:
             return f"requests[{i}].{why}" if not why.startswith("expected") else f"requests[{i}]: {why}"
-    for k in ("metrics_before", "metrics_after"):
-        m = obj.get(k, {})
-        if not isinstance(m, dict) or len(m) > 200 or not all(
-                isinstance(a, str) and len(a) <= 200 and _number(b, 1e15) for a, b in m.items()):
-            return f"{k}: expected at most 200 counters"
+    if "spec_counters" in obj and (why := problem_in_counters(obj["spec_counters"])) is not None:
+        return f"spec_counters: {why}"
     return None
+
+
+def problem_in_counters(c: Any) -> str | None:
+    """What is wrong with a level's counters (the shape harness/run/metrics.py writes), or None."""
+    if isinstance(c, dict) and set(c) == {"absent"}:
+        return None if isinstance(c["absent"], str) and len(c["absent"]) <= 300 else "absent: expected a short line"
+    keys = ("drafts", "draft_tokens", "accepted", "accepted_per_pos")
+    if not isinstance(c, dict) or set(c) != set(keys):
+        return f"expected {', '.join(keys)}, or absent"
+    counts = [c[k] for k in keys[:3]]
+    per = c["accepted_per_pos"]
+    if not all(_count(x) for x in counts) or not isinstance(per, list) or len(per) > MAX_POSITIONS or \
+            not all(_count(x) for x in per):
+        return f"expected counts from 0 to 2^53 and at most {MAX_POSITIONS} positions"
+    if c["accepted"] > c["draft_tokens"] or (per and (per[0] > c["drafts"] or sum(per) > c["accepted"])):
+        return "accepted exceeds what was drafted"
+    return None
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_COUNT
 
 
 def read(run_dir: Path) -> list[Level]:

@@ -193,6 +193,12 @@ class ServerLogFacts(TypedDict):
     draft_calls: NotRequired[DraftCalls]
 
 
+#: The most draft positions a record keeps (the schema's bound; llama-server's n_max is far below it).
+MAX_POSITIONS = 4096
+#: A counter larger than this is not one a measurement makes (and keeps floats exact).
+MAX_COUNT = 2 ** 53
+
+
 class SpecCounters(TypedDict):
     """One request's speculative counters: llama-server's /metrics after it minus before it (harness/run/metrics.py)."""
 
