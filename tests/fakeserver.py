@@ -44,8 +44,9 @@ class FakeLlamaServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append((self.path, body))
                 if self.path == "/apply-template":
-                    msg = body["messages"][0]["content"]
-                    self._json(200, {"prompt": f"<start_of_turn>user\n{msg}<end_of_turn>\n<start_of_turn>model\n"})
+                    turns = "".join(f"<start_of_turn>{'model' if m['role'] == 'assistant' else m['role']}\n"
+                                    f"{m['content']}<end_of_turn>\n" for m in body["messages"])
+                    self._json(200, {"prompt": f"{turns}<start_of_turn>model\n"})
                 elif fake.mode == "http-error":
                     self._json(500, {"error": {"message": "boom"}})
                 elif body.get("stream"):
