@@ -9,8 +9,11 @@ import json
 import pytest
 
 from harness import KitError
+from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
 from harness.intake import suites
+from harness.report import categories as categories_report
+from harness.report.results import VERDICT_MARKS
 from harness.run import plan
 from harness.store import answers
 from harness.store.rundir import RunDir
@@ -113,6 +116,13 @@ def test_later_turns_follow_the_targets_own_answers_the_same_for_every_strategy(
                 rendered.setdefault((task, body["prompt"]), set()).add(strategy)
     assert {t for t, _ in rendered} == {"mine.qa", "mine.qa.t2", "mine.rag", "mine.rag.t2"}
     assert all(s == {"baseline", "ngram-mod"} for s in rendered.values())  # the same text for both strategies
+
+    # the report keeps turn 2 apart from turn 1, category by category, and says what a later turn is
+    summary = summarize(rd)
+    assert [(c["task"], c["category"]) for c in summary["categories"]] == [
+        ("mine.qa", "qa"), ("mine.qa.t2", "qa.t2"), ("mine.rag", "rag"), ("mine.rag.t2", "rag.t2")]
+    text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    assert "| mine/qa.t2 " in text and "`<category>.t<k>`: turn k of the category's questions" in text
 
     # a resume reads the answers back and makes none again
     again = fake_engine.fake()
