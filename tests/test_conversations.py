@@ -175,3 +175,21 @@ def test_an_answers_file_is_bounded_missing_or_named_otherwise_in_one_line(tmp_p
     monkeypatch.setattr(answers, "MAX_BYTES", 100)
     with pytest.raises(KitError, match="more than 100 bytes"):
         answers.read(tmp_path, meta)
+
+
+def test_the_sampling_study_of_a_later_turn_sends_its_conversation(tmp_path, models_dir, world):
+    from tests import fake_engine
+
+    m = chat_suite(tmp_path)
+    m.write_text(m.read_text() + "distribution:\n  sampling: {temperature: 0.8}\n  samples: 4\n  tokens: 8\n"
+                 "  batch: 4\n  tasks: [mine.qa.t2]\n  control: {top_k: 1}\n")
+    engine = fake_engine.fake()
+    served: dict = {}
+    serve = engine._serve
+    engine._serve = lambda rec, labels, ctr: served.setdefault(ctr.id, serve(rec, labels, ctr))
+    fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, run_id="study",
+                           progress=False, log=[].append, engines=[engine], distribution=4, seed=1)
+    meta = RunDir.open(world / "r" / "study").read_meta()
+    assert meta.answers is not None and meta.answers["answers"] == 2  # q1 and q2 of mine.qa, turn 1
+    templates = [b["messages"] for c in engine.started[1:] for p, b in served[c.id].requests if p == "/apply-template"]
+    assert templates and all([x["role"] for x in t] == ["user", "assistant", "user"] for t in templates)

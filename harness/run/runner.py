@@ -359,7 +359,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
         log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
     if drawn is not None:
         log(f"run {rd.run_id}: {drawn.describe()}; shuffle seed {plan.shuffle_seed}")
-    if plan.items:  # a suite's later turns: the target's own earlier answers, made once (or read back)
+    if plan.items or drawn is not None:  # a suite's later turns: the target's own earlier answers, made once
         ctx.conversations = conversations.prepare(ctx, engines[0], plan, rd, log)
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
                         seed=plan.shuffle_seed, baselines={s.id: s.baseline for s in meta.planned_strategies()})
