@@ -193,3 +193,23 @@ def test_the_sampling_study_of_a_later_turn_sends_its_conversation(tmp_path, mod
     assert meta.answers is not None and meta.answers["answers"] == 2  # q1 and q2 of mine.qa, turn 1
     templates = [b["messages"] for c in engine.started[1:] for p, b in served[c.id].requests if p == "/apply-template"]
     assert templates and all([x["role"] for x in t] == ["user", "assistant", "user"] for t in templates)
+
+
+def test_answers_that_cannot_be_made_stop_the_run_before_any_measurement_in_one_line(tmp_path, models_dir, world):
+    from tests import fake_engine
+
+    m = chat_suite(tmp_path)
+    broken = fake_engine.fake(request_fails=lambda labels, attempt: not any(k.endswith(".task") for k in labels))
+    with pytest.raises(KitError) as e:
+        fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, run_id="broken",
+                               progress=False, log=[].append, engines=[broken], strategies=["baseline", "ngram-mod"],
+                               runs=1, seed=1)
+    msg = str(e.value)
+    assert "\n" not in msg and "the answers to the earlier turns could not be made" in msg and "--resume broken" in msg
+    rd = RunDir.open(world / "r" / "broken")
+    assert rd.read_meta().answers is None and not list(rd.measurements())
+    assert not (rd.path / answers.ANSWERS_FILE).exists()
+    assert all(c.status == "removed" for c in broken.started)
+    said = fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, resume="broken",
+                                  progress=False, log=[].append, engines=[fake_engine.fake()])
+    assert "12 ok, 0 failed" in said and rd.read_meta().answers["answers"] == 3
