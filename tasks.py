@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import re
 import sys
@@ -63,6 +64,8 @@ def _fraction(flag: str, value) -> float | None:
         return None
     text = str(value).strip()
     try:
+        if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)%?", text, re.ASCII):  # not '1_0%', not '٣%'
+            raise ValueError(text)
         return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         raise KitError(f"{flag}: expected a percentage such as 5% or a fraction such as 0.05, got "
@@ -71,7 +74,10 @@ def _fraction(flag: str, value) -> float | None:
 
 def _until(value) -> float | None:
     """--until: a relative half-width between 0 and 100% (not nan, not 0)."""
-    u = _fraction("--until", value)
+    try:
+        u = _fraction("--until", value)
+    except KitError:
+        u = math.nan
     if u is not None and not 0 < u < 1:
         raise KitError(f"--until: expected a percentage between 0 and 100% such as 5%, got {console(repr(value), 80)}")
     return u
@@ -81,7 +87,7 @@ def _seconds(flag: str, value) -> float | None:
     """'30s', '2m', '45' (seconds) -> seconds."""
     if value is None:
         return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m)?\s*", str(value))
+    m = re.fullmatch(r"\s*([0-9]{1,18}(?:\.[0-9]{1,9})?)\s*(s|m)?\s*", str(value), re.ASCII)
     if not m:
         raise KitError(f"{flag}: expected a duration such as 30s or 2m, got {value!r}")
     return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
@@ -345,6 +351,9 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
     "distribution": "draw the sampling study alone, N samples per strategy, prompt and arm (the manifest's "
                     "`distribution:` settings, else temperature 0.8 on every task's first prompt): is each strategy "
                     "lossless in distribution at temperature > 0? 0: skip the manifest's study",
+    "load": "measure the manifest's load study alone (its `load:` block): requests arriving open-loop at each "
+            "offered rate, one fresh server per strategy, slot count, rate and round, into the run folder's "
+            "load.jsonl; `invoke validate` prints its levels, requests and time first",
     "trust_source": TRUST_HELP,
     **HOST_HELP,
 })
@@ -352,14 +361,14 @@ def doctor(c, manifest=None, models_dir=None, host=None, ssh_key=None, known_hos
 def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None, runs=None, reuse_server=False,
         seed=None, no_progress=False, models_dir=None, results=None, host=None, ssh_key=None, known_hosts=None,
         remote_models=None, until=None, max_rounds=None, aa_control=False, trust_source=False, no_build=False,
-        retakes=None, quiet_wait=None, distribution=None):
+        retakes=None, quiet_wait=None, distribution=None, load=False):
     """Run the matrix: one fresh container per measurement, rounds in shuffled order; then the manifest's sampling
     study (lossless in distribution at temperature > 0), if it has one. The image is found on each host by what it
     is (source, flags, backend); where none is, it is built first (unless --no-build)."""
     from harness.intake import manifest as mf
     from harness.intake import trust
     from harness.models import suite_fetch
-    from harness.run import runner
+    from harness.run import plan, runner, study
 
     # every flag checked, then one load and one trust decision, before any engine or host is reached
     retakes = _int("--retakes", retakes, minimum=0)
@@ -368,9 +377,16 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
     seed = _int("--seed", seed, minimum=0, maximum=2**63 - 1)
     until_f, max_rounds = _until(until), _int("--max-rounds", max_rounds, minimum=1)
     distribution = _int("--distribution", distribution, minimum=0)
+    if distribution is not None:
+        study.check_samples(distribution)
     wait = _seconds("--quiet-wait", quiet_wait)
+    if wait is not None and wait > runner.MAX_QUIET_WAIT_S:
+        raise KitError(f"--quiet-wait: expected 0 to {runner.MAX_QUIET_WAIT_S} seconds, got "
+                       f"{console(repr(quiet_wait), 80)}")
     suite_fetch.ensure(_manifest_path(c, manifest))  # a prompt suite's file, as the models are fetched
     trusted = trust.decide(mf.load(_manifest_path(c, manifest)), trust_source)
+    if not resume:  # the strategies and tasks named exist (a resume measures its own plan's)
+        plan.select(trusted.manifest, _split(strategy), _split(task_id))
     if max_rounds is not None and not resume and max_rounds < (runs or trusted.manifest.runs):
         raise KitError(f"--max-rounds {max_rounds} is fewer than the {runs or trusted.manifest.runs} planned runs")
 
@@ -382,8 +398,17 @@ def run(c, manifest=None, resume=None, run_id=None, strategy=None, task_id=None,
             reuse_server=reuse_server, seed=seed, progress=not no_progress,
             engines=engines, until=until_f, max_rounds=max_rounds,
             aa_control=aa_control, build_missing=not no_build, retakes=retakes, quiet_wait=wait,
-            distribution=distribution)
+            distribution=distribution, said=_headline, load=load)
     print(out)
+
+
+def _headline(run_dir: Path) -> str:
+    """What a finished run says, for the end of `invoke run` (harness/report/headline.py)."""
+    from harness.analysis.summary import summarize
+    from harness.report import headline
+    from harness.store.rundir import RunDir
+
+    return headline.terminal(summarize(RunDir.open(run_dir)))
 
 
 @task(auto_shortflags=False, positional=[], help={
@@ -400,6 +425,9 @@ def report(c, run_dir=None, out=None, no_plot=False):
     written = rp.write(dirs, Path(out or _cfg(c, "report", "RESULTS.md")), plot=not no_plot)
     for p in written:
         print(f"wrote {p}")
+    said = rp.headlines(dirs)
+    if said:
+        print("\n" + said)
 
 
 @task(auto_shortflags=False, help={
@@ -446,10 +474,14 @@ def clean(c, run_id=None, host=None, ssh_key=None, known_hosts=None, remote_mode
 @kit_errors
 def bundle(c, run_dir, out=None, manifest_dir=None):
     """Write one archive with a run's manifest, prompts, run folder and RESULTS.md, for someone to reproduce."""
+    from harness.report import results as rp
     from harness.share import bundle as bu
 
     path = bu.make(Path(run_dir), Path(out) if out else None, Path(manifest_dir) if manifest_dir else None)
     print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)")
+    said = rp.reach_text(Path(run_dir))
+    if said:
+        print(console_lines(said))
 
 
 @task(auto_shortflags=False, help={

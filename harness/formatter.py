@@ -94,6 +94,21 @@ def interval(lo: float | None, hi: float | None, nd: int = 2) -> str:
     return f"[{lo:.{nd}f}, {hi:.{nd}f}]"
 
 
+def braced(lo: float | None, hi: float | None, nd: int = 2) -> str:
+    """An interval at another level beside a bracketed one: '{0.97, 1.63}'."""
+    if lo is None or hi is None:
+        return DASH
+    return f"{{{lo:.{nd}f}, {hi:.{nd}f}}}"
+
+
+def level(confidence: float) -> str:
+    """A confidence as a percentage, one decimal at least and as many as keep it below 100%: 0.99969 -> '99.97%'."""
+    nd = 1
+    while round(confidence * 100, nd) >= 100 and nd < 6:
+        nd += 1
+    return pct(confidence, nd)
+
+
 def gbs(x: float | None) -> str:
     return DASH if x is None else f"{x:,.1f} GB/s"
 

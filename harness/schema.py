@@ -161,8 +161,31 @@ def errors(name: str, instance: Any) -> list[str]:
     return [_message(e) for e in found]
 
 
+#: No file of the kit holds a longer list (the schemas' longest allowed is 10,000): a longer one is refused before
+#: the schema looks at every item (a forged record of a million entries would take seconds and a gigabyte).
+MAX_LIST_ITEMS = 65_536
+
+
+def _long_list(instance: Any) -> str | None:
+    """The path of the first list longer than MAX_LIST_ITEMS (breadth first, without recursion), or None."""
+    todo: list[tuple[str, Any]] = [("", instance)]
+    while todo:
+        path, x = todo.pop()
+        if isinstance(x, list):
+            if len(x) > MAX_LIST_ITEMS:
+                return path.lstrip(".") or "(top level)"
+            todo += [(f"{path}[{i}]", v) for i, v in enumerate(x) if isinstance(v, dict | list)]
+        elif isinstance(x, dict):
+            todo += [(f"{path}.{k}", v) for k, v in x.items() if isinstance(v, dict | list)]
+    return None
+
+
 def check(name: str, instance: Any, where: str) -> None:
     """Raise KitError naming `where` and the first violation (and how many more) if `instance` is invalid."""
+    long = _long_list(instance)
+    if long is not None:
+        raise KitError(f"{where}: {long}: more than {fm.count(MAX_LIST_ITEMS)} items; no file of the kit holds "
+                       "as many")
     found = errors(name, instance)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

@@ -178,7 +178,8 @@ class FakeEngine(Engine):
         server = FakeLlamaServer(list(out["tokens"]), mode="http-error" if fails else self.mode, text=out["text"],
                                  decode_s=(len(out["tokens"]) - 1) / tok_s,
                                  timings={**{k: v for k, v in rec["server"].items() if v is not None},
-                                          "predicted_n": len(out["tokens"])})
+                                          "predicted_n": len(out["tokens"])},
+                                 counters=replayed_counters(rec) if "--metrics" in ctr.command else None)
         server.__enter__()
         return server
 
@@ -308,6 +309,21 @@ class FakeEngine(Engine):
             if c.server is not None:
                 c.server.__exit__()
                 c.server = None
+
+
+def replayed_counters(rec: dict[str, Any]) -> dict[str, Any]:
+    """The speculative counters a replayed measurement's server serves at /metrics: the recorded ones, else made up
+    consistent with its timings (drafted, accepted) and its mean accepted length (the draft calls), each call
+    accepting the average, rounded down or up."""
+    got = rec.get("spec_counters")
+    if isinstance(got, dict) and "drafts" in got:
+        return got
+    drafted, accepted = int(rec["server"].get("draft_n") or 0), int(rec["server"].get("draft_n_accepted") or 0)
+    mean_len = ((rec.get("server_log") or {}).get("draft_acceptance") or {}).get("mean_len")
+    drafts = round(accepted / (mean_len - 1)) if mean_len and mean_len > 1 and accepted else (1 if drafted else 0)
+    q, r = divmod(accepted, drafts) if drafts else (0, 0)
+    per_pos = [drafts] * q + ([r] if r else [])
+    return {"drafts": drafts, "draft_tokens": drafted, "accepted": accepted, "accepted_per_pos": per_pos}
 
 
 def disturb(*cells: tuple[str, str, int], every_attempt: bool = False) -> Disturbed:

@@ -254,32 +254,41 @@ def test_torn_last_line_is_named_not_silently_dropped(tmp_path):
 
 
 def _fake_meta_pair(tmp_path):
+    """A and a B with the same figures in measurements of its own (other containers): a replicate, not A itself."""
     a, b = tmp_path / "a", tmp_path / "b"
     shutil.copytree(ROOT / "results" / "demo-cpu", a)
     shutil.copytree(ROOT / "results" / "demo-cpu", b)
+    recs = [json.loads(x) for x in (b / "measurements.jsonl").read_text().splitlines() if x.strip()]
+    (b / "measurements.jsonl").write_text("".join(json.dumps({**r, "container_id": f"b{r.get('container_id')}"})
+                                                  + "\n" for r in recs))
     return a, b
 
 
 def test_compare_of_a_run_with_itself_has_identical_fingerprints_and_no_difference(tmp_path):
-    a, b = _fake_meta_pair(tmp_path)
-    res = cmp.compare(a, b)
-    assert isinstance(res, cmp.Comparison) and res.comparable and res.differences == []
+    a, _ = _fake_meta_pair(tmp_path)
+    res = cmp.compare(a, a)
+    assert isinstance(res, cmp.Comparison) and res.differences == []
+    # B's records are A's: said so, and never called a reproduction (nor an inconclusive one)
+    assert res.same_records and res.call is Call.NOT_COMPARABLE and not res.comparable
+    assert res.verdict.startswith("not a reproduction: B's records are A's (the same 288 measurements")
     judged = [r for r in res.rows if r.call not in (Call.BASELINE, Call.MISSING)]
     assert judged and all(r.call in (Call.REPRODUCES, Call.INCONCLUSIVE) for r in judged)
+    assert all(res.row_call(r) is Call.NOT_COMPARABLE for r in judged)
     assert all(r.fingerprint is Match.IDENTICAL for r in res.rows)
     assert all(r.ratio == pytest.approx(1.0) for r in judged)
-    assert "differs" not in res.counts() and res.call in (Call.REPRODUCES, Call.INCONCLUSIVE)
-    # Three rounds a side are too few for ±5%: the verdict says what they could confirm instead.
-    assert res.call is Call.INCONCLUSIVE and "these rounds could confirm" in res.verdict
+    # Three rounds a side are too few for ±5%: the judgement underneath says so.
+    assert res.reproduction.call is Call.INCONCLUSIVE
     text = compare_words.text(res)
     assert "never judged" in text and "judged as one family" in text and "geomean" in text
     assert "within ±10% (the cell margin)" in text and "one estimator" in text
+    assert "records: B's 288 measurements are A's own" in text
     # compare.json: the same judgement as plain data
     d = json.loads(json.dumps(res.as_dict()))
-    assert d["call"] == "inconclusive" and d["verdict"] == res.verdict and d["cell_margin"] == pytest.approx(0.1)
+    assert d["call"] == "not comparable" and d["verdict"] == res.verdict and d["cell_margin"] == pytest.approx(0.1)
+    assert d["shared_records"] == [288, 288]
     assert len(d["rows"]) == len(res.rows) and d["unresolved"] == len(res.reproduction.unresolved) > 0
     assert d["worst"]["strategy"] == res.reproduction.worst.strategy
-    assert {r["verdict"] for r in d["rows"]} <= {"n/a", "reproduces", "inconclusive"}
+    assert {r["verdict"] for r in d["rows"]} <= {"n/a", "not comparable"}
 
 
 def test_compare_names_blocking_differences_by_field(tmp_path):

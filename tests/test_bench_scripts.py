@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
     ("prompt_coverage.py", ["--reps", "40", "--prompts", "2", "5", "--rounds", "3", "--tau", "0.2", "--sigma", "0.1",
                             "--shape", "normal"], "normal        5      3  0.20  0.10"),
     ("prompt_coverage.py", ["--power", "--reps", "40", "--spreads", "0.1"], "  0.10       7"),
+    ("load_aa.py", ["--tables", "3", "--rates", "1", "2", "--slots", "1", "--server-sd", "0.1"],
+     "0.1" + " " * 13 + "3"),
+    ("crossover_check.py", ["--tables", "3", "--rounds", "3", "--noise", "0.066"], " 0.066      3 |"),
+    ("study_cost.py", ["--sizes", "4x5x2"], "         4x5x2      16"),
 ])
 def test_a_calibration_bench_prints_its_figures(script, args, row):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,

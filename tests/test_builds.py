@@ -418,6 +418,11 @@ def test_the_committed_two_build_run_reports_b10502_against_b11434_as_the_readme
     assert (base["outputs_identical"], base["prompts"]) == (5, 6)
     assert [(x["task"], x["prompt"], x["first_divergent_token"]) for x in base["changed"]] == \
         [("en-prose", "en-prose-3", 3)]
+    # each table states what its rounds could mark (bench/builds_power.py: 46% and 55% marked at these values)
+    for label in ("tok_s", "speedup"):
+        power = c[label]["family"]["power"]
+        assert power["rounds"] == 3 and 0 < power["cells_below"] < 0.75
+        assert f"when its true B/A is {power['cells_below']:.2f}x" in power["sentence"]
 
 
 def _set(index: int, key: str, value):

@@ -149,12 +149,20 @@ def test_tampering_is_detected(tmp_path, demo_image, models_dir):
         cmp.compare(run_dir, run_dir)
 
 
+def _replicate(source, dest):
+    """A copy of a run whose measurements are its own (other containers): the same figures, not the same records."""
+    shutil.copytree(source, dest)
+    recs = [json.loads(x) for x in (dest / "measurements.jsonl").read_text().splitlines() if x.strip()]
+    (dest / "measurements.jsonl").write_text("".join(json.dumps({**r, "container_id": f"b{r.get('container_id')}"})
+                                                     + "\n" for r in recs))
+    return dest
+
+
 def test_reproduce_until_adds_rounds_to_the_unresolved_cells_until_the_verdict_is_decided(tmp_path):
     """`invoke reproduce --until` reads the comparison's calls (not its words): a cell unresolved at the cell margin
     runs again with its baseline while only the geometric means reproduce; a decided comparison stops."""
     original = ROOT / "results" / "real-gemma3-270m-naive"
-    here = tmp_path / "here"
-    shutil.copytree(original, here)
+    here = _replicate(original, tmp_path / "here")
     rd = RunDir.open(here)
     cells, said = reproduce.decided(original, 0.15)(rd, 3)
     assert cells == [CellKey("local", "ngram-mod", "code-edit"), CellKey("local", "baseline", "code-edit")]
@@ -163,11 +171,12 @@ def test_reproduce_until_adds_rounds_to_the_unresolved_cells_until_the_verdict_i
     assert reproduce.decided(original, 0.15, 1.0)(rd, 3) == (None, "reproduce --until: reproduces after 3 rounds here")
 
 
-def test_compare_takes_a_cell_margin_from_the_command_line():
+def test_compare_takes_a_cell_margin_from_the_command_line(tmp_path):
     naive = str(ROOT / "results" / "real-gemma3-270m-naive")
+    again = str(_replicate(ROOT / "results" / "real-gemma3-270m-naive", tmp_path / "again"))
 
     def compare(*flags: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", naive, naive, *flags],
+        return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "compare", naive, again, *flags],
                               capture_output=True, text=True, timeout=120)
 
     default = compare("--margin", "15%")

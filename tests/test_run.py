@@ -52,6 +52,12 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
         drafted = sum(r["server"]["draft_n"] for r in recs if r["strategy"] == s)
         assert drafted > 0, f"{s} drafted nothing"
     assert sum(r["server"]["draft_n_accepted"] for r in recs if r["strategy"] == "draft-simple") > 0
+    # the server's own counters (GET /metrics around the request) agree with its timings, request by request
+    for r in recs:
+        if r["spec_type"] != "none" and "concurrency" not in r:
+            c = r["spec_counters"]
+            assert (c["draft_tokens"], c["accepted"]) == (r["server"]["draft_n"], r["server"]["draft_n_accepted"]), c
+            assert c["drafts"] > 0 and sum(c["accepted_per_pos"]) == c["accepted"]
     base = [r for r in recs if r["spec_type"] == "none" and "concurrency" not in r]
     assert {r["strategy"] for r in base} == {"baseline", "baseline-mtp"}
     assert all(len(r["probs"]["positions"]) == r["server"]["predicted_n"] for r in base)

@@ -320,6 +320,31 @@ def test_demo_verdicts(demo):
 
 # -- what a table can say: power, tasks like these, one run 3x slower ---------------------------------------------
 
+def test_the_rounds_projection_uses_the_median_noise_and_grows_as_the_square_of_the_noise():
+    """96 cells of one noise at 3 rounds: the table's per-round noise is the paired variance (2 x 5%^2) within its
+    bounds, and a noise twice as large needs nearly four times the rounds (fewer: its degrees of freedom grow
+    too; bench/rounds_projection.py checks the share marked at the stated rounds)."""
+    truth = {(s, f"t{i}"): 100.0 for s in ("baseline", *(f"s{j}" for j in range(11))) for i in range(8)}
+    t = sp.table(CellIndex(matrix(truth, 3, noise=0.05, seed=5)), {"baseline": None} | {
+        f"s{j}": "baseline" for j in range(11)})
+    noise = sp.table_noise(list(t.cells.values()), t.family_size)
+    assert noise.low <= 2 * 0.05 ** 2 <= noise.high and 0.7 < noise.variance / (2 * 0.05 ** 2) < 1.4
+    n = sp.rounds_to_mark(noise, math.log(1.10))
+    louder = sp.rounds_to_mark(sp.Noise(4 * noise.variance, 0, 0, noise.df_share, noise.family), math.log(1.10))
+    assert n is not None and louder is not None and 2.5 < louder / n < 4
+    assert sp.rounds_to_mark(noise, math.log(1.10), "low") <= n <= sp.rounds_to_mark(noise, math.log(1.10), "high")
+
+
+def test_half_marked_takes_the_spread_of_a_few_rounds_standard_error_into_account():
+    """At 3 unmoderated rounds an estimate's standard error falls below the truth more than half the time, so the
+    value marked half the time is the bare threshold times the median of sqrt(chi2_2 / 2) (0.83);
+    bench/builds_power.py checks it on the committed builds run (46% and 55%)."""
+    noise = sp.Noise(0.04, 0.03, 0.05, 1.0, 18)
+    bare = sp.inf.smallest_marked(sp.inf.Estimate(0.0, math.sqrt(0.04 / 3), 2.0, 3, sp.inf.Method.MEAN, True), 18)
+    assert sp.half_marked(noise, 3) == pytest.approx(bare * math.sqrt(math.log(4) / 2), rel=1e-9)
+    assert sp.half_marked(noise, 2) is None
+
+
 def test_one_run_three_times_slower_makes_its_cell_unstable_and_no_other():
     """96 cells as in the demo, 3 rounds, 5% noise (in 10 seeds: found 10 times; with 48 cells 8 times)."""
     truth = {(s, f"t{i}"): 100.0 for s in ("baseline", *(f"s{j}" for j in range(11))) for i in range(8)}
@@ -343,6 +368,8 @@ def test_a_committed_table_states_its_power_and_its_geomeans_for_tasks_like_thes
     assert 1 < power["geomeans"] < power["cells"] <= power["noisiest_quarter"]
     assert f"a cell is marked ▲ from {power['cells']:.2f}x" in power["sentence"]
     assert "1.10x needs about" in power["sentence"]
+    low, high = power["rounds_range"]["1.10"]
+    assert power["rounds"] < low <= power["rounds_for"]["1.10"] <= high
     for g in s["geomeans"]:
         tasks, prompts = g["between_tasks"], g["interval"]
         assert g["interval_scope"] == "these prompts" and tasks["scope"] == "tasks like these"

@@ -184,8 +184,13 @@ def test_the_strategy_flag_keeps_a_combinations_commas():
 
 def test_the_spark_manifest_sweeps_p_min_for_the_2b_draft_and_has_the_serving_curve():
     m = mf.load(SPARK)
-    assert [s.id for s in m.strategies if s.family_id == "draft-2b"] == [
+    assert [s.id for s in m.strategies if s.family_id == "draft-2b" and not s.synthetic] == [
         "draft-2b[p-min=0.5]", "draft-2b[p-min=0.75]", "draft-2b[p-min=0.9]"]
+    # and its break-even curve at the study's p-min, as DSpark's and DFlash2's (synthetic acceptance)
+    for f, name in (("draft-2b", "draft-2b[p-min=0.75,synth-len={}]"), ("dspark", "dspark[synth-len={}]"),
+                    ("dflash2", "dflash2[synth-len={}]")):
+        assert [s.id for s in m.strategies if s.family_id == f and s.synthetic] == [
+            name.format(x) for x in ("1", "1.5", "2", "3", "4")]
     assert [s.parallel for s in m.strategies if s.family_id == "baseline"] == [1, 2, 4, 8]
 
 

@@ -3,10 +3,12 @@ between hosts, backends or builds that ran the same strategy on the same files (
 
 By position. For a speculative cell, the share of draft calls whose first k drafted tokens were all accepted, for
 k = 1..n (the server's own definition: its `acc per pos` line divides by every verification step). From the
-record's `server_log.draft_calls` (each call's accepted length, counted from the server's per-call lines, printed
-with LLAMA_TRACE set: harness/run/server.py), else from the server's `acc per pos` line (trace level, -lv 4: the
-GPU backends' servers) weighted by the request's calls; records with neither (the CPU backend's before the
-per-call lines) have only the server's mean accepted length per call, and are said to.
+record's `spec_counters` (the server's own counters, GET /metrics before and after the request: harness/run/
+metrics.py; every backend, any log level), else from its `server_log.draft_calls` (each call's accepted length,
+counted from the server's per-call lines, printed with LLAMA_TRACE set: harness/run/server.py), else from the
+server's `acc per pos` line (trace level, -lv 4: the GPU backends' servers) weighted by the request's calls;
+records with none of these (the CPU backend's before the counters and the per-call lines) have only the
+server's mean accepted length per call, and are said to.
 
 Request by request. In a `--reuse-server` run every request of a strategy goes to one server, in round order:
 per server, each request's draft counts, acceptance and tok/s by its index, with the same prompt's figures from
@@ -34,7 +36,7 @@ from harness.store.runmeta import RunMeta
 # ---------------------------------------------------------------- by position
 
 #: Where per-position figures came from.
-CALLS, SERVER_SHARES = "draft calls", "server's acc per pos"
+CALLS, SERVER_SHARES, COUNTERS = "draft calls", "server's acc per pos", "server's counters"
 
 
 @dataclass
@@ -56,6 +58,15 @@ class Positions:
 
     def add(self, m: Measurement) -> None:
         sl = m.raw.get("server_log") or {}
+        counted = counters(m)
+        if counted is not None:  # the server's own counts of this request: every backend, any log level
+            if counted["drafts"]:
+                self.mean_lens.append(1 + counted["accepted"] / counted["drafts"])
+                self._reach([float(x) for x in counted["accepted_per_pos"]], counted["drafts"])
+                self.sources.add(COUNTERS)
+            elif m.drafted:
+                self.without += 1
+            return
         mean_len = (sl.get("draft_acceptance") or {}).get("mean_len")
         if isinstance(mean_len, int | float):
             self.mean_lens.append(float(mean_len))
@@ -86,9 +97,18 @@ class Positions:
         self.requests += 1
 
 
+def counters(m: Measurement) -> result.SpecCounters | None:
+    """The request's own counters (GET /metrics before and after it) where the record has them."""
+    c = m.raw.get("spec_counters")
+    return c if isinstance(c, dict) and isinstance(c.get("drafts"), int) else None  # type: ignore[return-value]
+
+
 def _steps(m: Measurement) -> int | None:
     """The request's verification steps (draft calls): the server's statistics in a fresh container (its counters
     cover this request alone), else from its mean accepted length (1 + accepted / steps)."""
+    counted = counters(m)
+    if counted is not None and counted["drafts"]:
+        return counted["drafts"]
     sl = m.raw.get("server_log") or {}
     spec = str(m.raw.get("spec_type", ""))
     st = (sl.get("statistics") or {}).get(spec) or {}

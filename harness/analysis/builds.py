@@ -38,6 +38,26 @@ RULE = ("B/A of tok/s: the same strategy, task and prompt on build B over build 
         "±2%, · not significant, ? too few rounds).")
 
 
+#: The llama.cpp build whose server behaviour the kit's fixed sentences were measured on (/work/shared/DESIGN.md:
+#: acceptance by draft position at trace level only, exact-match verification by default).
+MEASURED_BUILD = 11434
+
+
+def build_names(meta: RunMeta) -> list[str]:
+    """The run's builds as llama.cpp names them ('b11434'), in the run's order, each once."""
+    return list(dict.fromkeys(f"b{r.source.get('build_number')}" for r in meta.build_records().values()))
+
+
+def measured_on(names: list[str]) -> str:
+    """Which build a fact of the server was measured on, said against the run's own builds: 'this run's build
+    (b11434)' where they are the one measured, else the measured build with the run's named as not checked."""
+    measured = f"b{MEASURED_BUILD}"
+    if names == [measured]:
+        return f"this run's build ({measured})"
+    others = [n for n in names if n != measured]
+    return f"{measured} (where the kit measured it; not checked on this run's {', '.join(others)})"
+
+
 def source_text(record: BuildRecord) -> str:
     """A build record's source in a few words: llama.cpp build, commit, and where the tree came from."""
     src = record.source
@@ -72,9 +92,10 @@ def pairs(meta: RunMeta, a: str, b: str) -> list[tuple[str, StrategyMeta, Strate
     return [(key, s, on_b[key]) for s in planned if s.build == a and (key := across(s.id, a)) in on_b]
 
 
-def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComparison:
-    """Build b against build a: B/A of tok/s and of speedup per strategy and task (and over tasks), and where
-    the output changed."""
+def paired(meta: RunMeta, index: CellIndex, a: str, b: str
+           ) -> tuple[dict[CellKey, dict[int, float]], dict[CellKey, dict[int, float]], dict[str, str]]:
+    """Per cell (named across builds) and round: log of B's tok/s over A's, and log of B's speedup over A's; with
+    each cell's A strategy (what `table_of` calls its baseline)."""
     ps = pairs(meta, a, b)
     hosts, tasks = meta.plan.hosts, meta.plan.tasks
     tok_logs: dict[CellKey, dict[int, float]] = {}
@@ -88,7 +109,15 @@ def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComp
                     la = sp.paired_logs(index, CellKey(host, sa.id, t), sa.baseline)
                     lb = sp.paired_logs(index, CellKey(host, sb.id, t), sb.baseline)
                     speed_logs[k] = {r: lb[r] - la[r] for r in sorted(lb.keys() & la.keys())}
-    against = {key: sa.id for key, sa, _ in ps}
+    return tok_logs, speed_logs, {key: sa.id for key, sa, _ in ps}
+
+
+def compare(meta: RunMeta, index: CellIndex, a: str, b: str) -> shapes.BuildComparison:
+    """Build b against build a: B/A of tok/s and of speedup per strategy and task (and over tasks), and where
+    the output changed."""
+    ps = pairs(meta, a, b)
+    hosts, tasks = meta.plan.hosts, meta.plan.tasks
+    tok_logs, speed_logs, against = paired(meta, index, a, b)
     tok = sp.table_of(tok_logs, against, hosts)
     speed = sp.table_of(speed_logs, against, hosts)
     names = {key: (sa.id, sb.id) for key, sa, sb in ps}
@@ -102,7 +131,14 @@ def _table(t: sp.SpeedupTable, names: Mapping[str, tuple[str, str]]) -> shapes.B
             "geomeans": [_figure(g, names) for g in t.geomeans],
             "family": {"cells": len([c for c in t.cells.values() if c.judgement.family]),
                        "geomeans": len([g for g in t.geomeans if g.judgement.family]), "tests": t.family_size,
-                       "method": "holm", "alpha": inf.ALPHA}}
+                       "method": "holm", "alpha": inf.ALPHA, "power": _power(t.power())}}
+
+
+def _power(pw: sp.Power) -> shapes.BuildPower:
+    """What a builds table's rounds could mark: the B/A below which a cell of median noise is marked ▼ (▲ above the
+    reciprocal) about half the time (speedups.half_marked); bench/builds_power.py checks it by simulation."""
+    return {"rounds": pw.rounds, "cells_below": fm.rounded(1 / pw.half, 4) if pw.half else None,
+            "sentence": words.builds_power(pw)}
 
 
 def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> shapes.BuildFigure:
@@ -115,7 +151,9 @@ def _figure(s: sp.Speedup, names: Mapping[str, tuple[str, str]]) -> shapes.Build
                          "moderated": iv.moderated, "note": words.interval_note(iv)},
             "verdict": {"kind": j.verdict.value, "p_differs": fm.rounded(j.p_differs, 6),
                         "p_within": fm.rounded(j.p_within, 6),
-                        "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family},
+                        "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
+                        "family_interval": None if (fi := s.family_interval()) is None or not fi.available
+                        else fi.bounds()},
             **({"tasks": list(s.tasks), "left_out": list(s.left_out)} if s.task is None else {})}
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.analysis import breakeven, lossless, stats, tuning, words, workload
 from harness.analysis import inference as inf
-from harness.analysis import lossless, stats, tuning, words
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellIndex
 from harness.store import result, shapes
@@ -115,12 +115,14 @@ class RunRef:
 
 @dataclass(frozen=True)
 class Difference:
-    """A fact the two runs measured with that differs; `blocking`: they measured different things."""
+    """A fact the two runs measured with that differs; `blocking`: they measured different things; `kind`:
+    "environment" (build, models, hardware) or "workload" (what was asked of the server: workload.py)."""
 
     field: str
     a: Any
     b: Any
     blocking: bool
+    kind: str = "environment"
 
 
 @dataclass(frozen=True)
@@ -136,10 +138,16 @@ class Comparison:
     host_b: dict[str, str]  # A's host label -> B's
     torn_last_line: tuple[str, ...] = ()  # "A" / "B": whose measurements.jsonl ends in a line cut short
     distribution: shapes.StudyComparison | None = None  # the sampling studies side by side (lossless.compare)
+    shared: tuple[int, int] = (0, 0)  # (B's records that are A's, B's records)
+
+    @property
+    def same_records(self) -> bool:
+        """Whether B's records are all A's (a run compared with itself, or a copy of it)."""
+        return self.shared[1] > 0 and self.shared[0] == self.shared[1]
 
     @property
     def blocking(self) -> list[str]:
-        return [d.field for d in self.differences if d.blocking]
+        return [d.field for d in self.differences if d.blocking] + (["records"] if self.same_records else [])
 
     @property
     def comparable(self) -> bool:
@@ -163,13 +171,20 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        if self.blocking:
+        if self.same_records:
+            out = (f"not a reproduction: B's records are A's (the same {self.shared[1]} measurements of run "
+                   f"{self.a.run_id}); a run compared with itself confirms nothing")
+        elif self.blocking:
             out = "not comparable: the runs measured different things (" + ", ".join(self.blocking) + ")"
         else:
             out = words.headline(self.reproduction)
         changed = self.distribution["changed"] if self.distribution else 0
         if changed:
             out += (f"; {changed} distribution verdict{'s' if changed > 1 else ''} changed "
+                    "(lossless in distribution, below)")
+        missing = len((self.distribution or {}).get("missing") or [])
+        if missing:
+            out += (f"; {missing} distribution verdict{'s' if missing > 1 else ''} only one run has "
                     "(lossless in distribution, below)")
         return out
 
@@ -181,7 +196,7 @@ class Comparison:
 
     def row_rule(self, r: repro.Row) -> str:
         if self.row_call(r) is repro.Call.NOT_COMPARABLE:
-            return "different " + " / ".join(self.blocking)
+            return "B's records are A's" if self.same_records else "different " + " / ".join(self.blocking)
         return words.row_rule(r)
 
     def counts(self) -> dict[str, int]:
@@ -206,6 +221,7 @@ class Comparison:
         worst = rep.worst
         return {"a": self.a.__dict__, "b": self.b.__dict__,
                 "differences": [d.__dict__ for d in self.differences], "comparable": self.comparable,
+                "shared_records": list(self.shared),
                 "rows": [self._row_dict(r) for r in self.rows], "geomeans": [self._row_dict(g) for g in self.geomeans],
                 "counts": self.counts(), "call": self.call.value, "verdict": self.verdict, "margin": rep.margin,
                 "cell_margin": rep.cell_margin, "estimator": rep.method, "family": rep.family,
@@ -225,11 +241,14 @@ def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: f
     counts and output hashes), and the absolute tok/s ratio, labelled hardware- and state-dependent and never
     judged."""
     ra, rb = RunDir.open(dir_a), RunDir.open(dir_b)
-    ma, mb = ra.read_meta(), rb.read_meta()
+    (ma, recs_a), (mb, recs_b) = (breakeven.split(rd.read_meta(), rd.measurements()) for rd in (ra, rb))
     diffs = [Difference(*d) for d in differences(ma, mb)]
+    both = [s for s in ma.plan.strategies if s in mb.plan.strategies]
+    diffs += [Difference(p.field, p.a, p.b, True, "workload") for p in workload.differences(
+        workload.properties(ma, recs_a), workload.properties(mb, recs_b), both,
+        [t for t in ma.plan.tasks if t in mb.plan.tasks])]
     pairs = host_pairs(ma.plan.hosts, mb.plan.hosts)
-    rep = repro.reproduction(_stats(ma, ra.measurements()), _stats(mb, _relabel(rb.measurements(), pairs)), margin,
-                          cell_margin)
+    rep = repro.reproduction(_stats(ma, recs_a), _stats(mb, _relabel(recs_b, pairs)), margin, cell_margin)
     at = {field: {x: i for i, x in enumerate(xs)} for field, xs in
           (("host", ma.plan.hosts), ("strategy", ma.plan.strategies), ("task", ma.plan.tasks))}
     rows = sorted(rep.rows, key=lambda r: tuple(at[f].get(getattr(r, f), len(at[f]))
@@ -237,7 +256,8 @@ def compare(dir_a, dir_b, margin: float = repro.REPRODUCE_MARGIN, cell_margin: f
     return Comparison(RunRef(ma.run_id, str(dir_a), ma.plan.hosts), RunRef(mb.run_id, str(dir_b), mb.plan.hosts),
                       diffs, rep, rows, dict(pairs),
                       tuple(x for x, rd in (("A", ra), ("B", rb)) if rd.torn_last_line),
-                      lossless.compare(_study(ma, ra), _study(mb, rb), {hb: ha for ha, hb in pairs}))
+                      lossless.compare(_study(ma, ra), _study(mb, rb), {hb: ha for ha, hb in pairs}),
+                      workload.same_records(recs_a, recs_b))
 
 
 def _study(meta: RunMeta, rd: RunDir) -> shapes.StudySummary | None:

@@ -8,16 +8,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from harness.analysis import acceptance as acc
+from harness.analysis import builds
 from harness.analysis import decomposition as dc
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import SpeedupTable
 from harness.store import shapes
 from harness.store.runmeta import RunMeta
 
-#: Said once in the report where records carry no per-position figures.
-NO_POSITIONS = ("the pinned build (b11434) prints acceptance by draft position only at trace level (`acc per pos`, "
-                "-lv 4, the GPU backends' level) and each draft call's accepted length only with LLAMA_TRACE set; "
-                "at the CPU backend's info level it prints the mean accepted length per call of each request")
+#: Said once in the report where records carry no per-position figures ({build}: `builds.measured_on`).
+NO_POSITIONS = ("these records predate the kit's reading of the server's own counters (GET /metrics, every backend, "
+                "harness/run/metrics.py), and {build} prints acceptance by draft position only at trace level "
+                "(`acc per pos`, -lv 4, the GPU backends' level) and each draft call's accepted length only with "
+                "LLAMA_TRACE set; at the CPU backend's info level it prints the mean accepted length per call of "
+                "each request")
+
+
+def no_positions(meta: RunMeta) -> str:
+    """NO_POSITIONS said of the run's own builds."""
+    return NO_POSITIONS.format(build=builds.measured_on(builds.build_names(meta)))
 
 
 def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None],
@@ -39,7 +47,7 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
     return {
         "decomposition": [dc.as_dict(d) for d in parts],
         "positions": {"cells": cells, "strategies": strategies, "requests_without": lacking,
-                      "note": NO_POSITIONS if lacking else None},
+                      "note": no_positions(meta) if lacking else None},
         "requests": {"servers": acc.request_rows(index, spec) if meta.protocol == "reuse-server" else [],
                      "prompts": acc.prompt_figures(index, spec)},
     }

@@ -482,6 +482,11 @@ class Interval:
     def available(self) -> bool:
         return self.low is not None and self.high is not None
 
+    def bounds(self) -> shapes.BoundsJson:
+        """Its ends and its confidence, as summary.json keeps an interval beside another."""
+        return {"low": fm.rounded(self.low, 4), "high": fm.rounded(self.high, 4),
+                "confidence": fm.rounded(self.confidence, 6)}
+
     def half_width(self, estimate: float | None) -> float | None:
         """The larger distance from the estimate to either end, as a fraction of the estimate."""
         if not self.available or not estimate:

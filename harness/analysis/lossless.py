@@ -29,13 +29,17 @@ family's error on A/A copies and the control's detection rate."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 from scipy import stats as sps
 
 from harness.analysis import inference as inf
@@ -46,7 +50,14 @@ from harness.store.runmeta import StudyMeta
 ALPHA = inf.ALPHA
 #: Label permutations per test: p-values resolve to 1/(PERMUTATIONS + 1), far below a family's strictest level.
 PERMUTATIONS = 4999
+#: The table's permutation work at most (relabellings x samples squared, summed over its rows: the Hamming kernel
+#: test's cost); a larger study draws fewer relabellings per test, and its report says how many (a few seconds of CPU).
+PERMUTATION_WORK = 5 * 10**10
+#: Never fewer relabellings than this per test, however large the study (p-values resolve to 1/(count + 1)).
+MIN_PERMUTATIONS = 199
 BOOTSTRAPS = 2000
+#: Up to this many samples in a row, the kernel test counts shared positions pair by pair; above, sparsely.
+DENSE_KERNEL = 64
 #: Categories seen fewer times than this in both samples together are pooled into one.
 MIN_CATEGORY = 5
 POWER = 0.8
@@ -68,12 +79,27 @@ class Sample:
         return None if self.logprobs is None else float(sum(self.logprobs))
 
 
-def arm_samples(records: Sequence[result.BatchRecord], host: str, arm: str, task: str,
-                prompt: str) -> dict[int, Sample]:
-    """One arm's samples on one prompt by seed, from its complete batches (a failed batch's samples are left out)."""
-    out: dict[int, Sample] = {}
+#: (host, arm, task, prompt) -> that arm's batch records on that prompt, in file order.
+BatchIndex = Mapping[tuple[str, str, str, str], Sequence[result.BatchRecord]]
+
+
+def batch_index(records: Sequence[result.BatchRecord]) -> dict[tuple[str, str, str, str], list[result.BatchRecord]]:
+    """The records by host, arm, task and prompt: read once, so the table's cost is linear in its rows."""
+    out: dict[tuple[str, str, str, str], list[result.BatchRecord]] = {}
     for r in records:
-        if (r["host"], r["arm"], r["task"], r["prompt"]) != (host, arm, task, prompt) or r["status"] != "ok":
+        out.setdefault((r["host"], r["arm"], r["task"], r["prompt"]), []).append(r)
+    return out
+
+
+def arm_samples(records: Sequence[result.BatchRecord] | BatchIndex, host: str, arm: str, task: str,
+                prompt: str) -> dict[int, Sample]:
+    """One arm's samples on one prompt by seed, from its complete batches (a failed batch's samples are left out);
+    `records` a list, or their batch_index."""
+    out: dict[int, Sample] = {}
+    key = (host, arm, task, prompt)
+    mine = records.get(key, ()) if isinstance(records, Mapping) else records
+    for r in mine:
+        if (r["host"], r["arm"], r["task"], r["prompt"]) != key or r["status"] != "ok":
             continue
         for s in r["samples"]:
             lps = s.get("logprobs")
@@ -138,11 +164,28 @@ def pooled_codes(values_a: Sequence[Any], values_b: Sequence[Any]) -> tuple[np.n
 
 def permutations(n_a: int, n_b: int, rng: np.random.Generator, count: int = PERMUTATIONS) -> np.ndarray:
     """Label matrices, first row the observed labelling (the first n_a values are sample A's), then `count`
-    random relabellings; True marks sample A."""
+    random relabellings; True marks sample A. Where the samples have no more distinct labellings than that, every
+    other one once instead (the exact permutation test, and cheap: 2 samples against 2 have 6)."""
     labels = np.zeros(n_a + n_b, dtype=bool)
     labels[:n_a] = True
+    if math.comb(n_a + n_b, n_a) <= count + 1:
+        every = [c for c in itertools.combinations(range(n_a + n_b), n_a) if c != tuple(range(n_a))]
+        rest = np.zeros((len(every), n_a + n_b), dtype=bool)
+        for i, c in enumerate(every):
+            rest[i, list(c)] = True
+        return np.vstack([labels, rest])
     perms = rng.permuted(np.tile(labels, (count, 1)), axis=1)
     return np.vstack([labels, perms])
+
+
+def permutation_count(sizes: Sequence[int]) -> int:
+    """Relabellings per test for a table whose rows compare this many samples each (a row's and its reference's
+    together): PERMUTATIONS, or fewer where the table's work would pass PERMUTATION_WORK (never below
+    MIN_PERMUTATIONS)."""
+    work = sum(n * n for n in sizes)
+    if work * PERMUTATIONS <= PERMUTATION_WORK:
+        return PERMUTATIONS
+    return max(MIN_PERMUTATIONS, int(PERMUTATION_WORK // work))
 
 
 def chi_square(codes: np.ndarray, k: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -164,15 +207,29 @@ def hamming_mmd(tokens: Sequence[Sequence[int]]) -> Callable[[np.ndarray], np.nd
     """The (biased) squared maximum mean discrepancy with the Hamming kernel: k(x, y) = the share of positions
     where x and y hold the same token (a sample that ended holds none)."""
     length = max((len(t) for t in tokens), default=0) or 1
-    grid = np.full((len(tokens), length), -1, dtype=np.int64)
+    n = len(tokens)
+    # past its end a sample holds a value of its own (-1 - i): it matches no other sample, only itself
+    grid = np.repeat(-1 - np.arange(n, dtype=np.int64)[:, None], length, axis=1)
     for i, t in enumerate(tokens):
         grid[i, :len(t)] = t
-    kernel = np.zeros((len(tokens), len(tokens)))
-    for j in range(length):
-        col = grid[:, j]
-        kernel += (col[:, None] == col[None, :]) & (col[:, None] >= 0)
-    kernel /= length
+    if n <= DENSE_KERNEL:
+        same = np.zeros((n, n), dtype=np.int64)
+        for j in range(length):
+            same += grid[:, j, None] == grid[None, :, j]
+        same[np.diag_indices(n)] -= np.array([length - len(t) for t in tokens], dtype=same.dtype)
+        return _mmd(same / length)
+    # samples x (position, token) incidence: its product with itself counts the positions two samples share
+    # (sparse: the cost follows the pairs that match, not every pair at every position)
+    span = int(grid.max()) + n + 2
+    _, codes = np.unique(np.arange(length)[None, :] * span + grid + n + 1, return_inverse=True)
+    incidence = sparse.csr_matrix((np.ones(n * length, dtype=np.int32),
+                                   (np.repeat(np.arange(n), length), codes.ravel())))
+    same = (incidence @ incidence.T).toarray()
+    same[np.diag_indices(n)] -= np.array([length - len(t) for t in tokens], dtype=same.dtype)
+    return _mmd(same / length)
 
+
+def _mmd(kernel: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     def stat(m: np.ndarray) -> np.ndarray:
         n_a = m[0].sum()
         s = np.where(m, 1.0 / n_a, -1.0 / (m.shape[1] - n_a))
@@ -222,6 +279,7 @@ def total_variation(codes: np.ndarray, k: int, n_a: int, rng: np.random.Generato
             "high": round(float(min(1.0, 2 * est - lo)), 4), "categories": k}
 
 
+@functools.lru_cache(maxsize=4096)
 def detectable_tv(n_a: int, n_b: int, family: int) -> float:
     """The smallest total-variation distance these sample sizes detect with POWER at the family's strictest level
     (Holm's first step, alpha / tests): mass moved between two halves of the outcomes, a two-proportion test at
@@ -244,10 +302,12 @@ class Comparison:
 
 
 def two_sample(a: Sequence[Sample], b: Sequence[Sample], prefix: int, rng: np.random.Generator,
-               logprobs_a: Sequence[float | None] | None = None) -> Comparison:
-    """Stage 2 for one row: sample A (a strategy, the control, the baseline's A/A arm) against the reference."""
+               logprobs_a: Sequence[float | None] | None = None, count: int = PERMUTATIONS,
+               labellings: np.ndarray | None = None) -> Comparison:
+    """Stage 2 for one row: sample A (a strategy, the control, the baseline's A/A arm) against the reference, with
+    `count` relabellings (or the `labellings` given: those drawn from the same generator for another row)."""
     n_a = len(a)
-    m = permutations(n_a, len(b), rng)
+    m = permutations(n_a, len(b), rng, count) if labellings is None else labellings
     out = Comparison()
     firsts = [s.tokens[:1] for s in [*a, *b]]
     prefixes = [s.tokens[:prefix] for s in [*a, *b]]
@@ -273,18 +333,24 @@ def two_sample(a: Sequence[Sample], b: Sequence[Sample], prefix: int, rng: np.ra
 # ---------------------------------------------------------------- the table
 
 
-def _rows(study: StudyMeta, records: Sequence[result.BatchRecord], host: str, task: str, prompt: str,
-          args: Mapping[str, tuple[str, Sequence[str]]]) -> list[shapes.StudyRow]:
+def _rows(study: StudyMeta, records: BatchIndex, host: str, task: str, prompt: str,
+          args: Mapping[str, tuple[str, Sequence[str]]], count: int) -> list[shapes.StudyRow]:
     """The rows of one prompt on one host before the family is judged: each strategy against its baseline, the
-    baseline's A/A row and its control, for every baseline of the study."""
+    baseline's A/A row and its control, for every baseline of the study; `count` relabellings per test."""
     arms = study.arms
+    by_base: dict[str, list] = {}
+    for a in arms:
+        by_base.setdefault(a.baseline, []).append(a)
     rows = []
+    drawn: dict[tuple[int, int], tuple[np.ndarray, dict]] = {}  # (n_a, n_b) -> relabellings, generator after them
     for base in [a for a in arms if a.role == "baseline"]:
-        got = {a.id: arm_samples(records, host, a.id, task, prompt) for a in arms if a.baseline == base.id}
-        ref_id = next(a.id for a in arms if a.baseline == base.id and a.role == "reference")
+        mine = by_base.get(base.id, [])
+        got = {a.id: arm_samples(records, host, a.id, task, prompt) for a in mine}
+        ref_id = next((a.id for a in mine if a.role == "reference"), None)
+        if ref_id is None:  # refused with run.json (harness/store/plan_check.py); never a traceback here
+            continue
         ref = list(got[ref_id].values())
-        others = [a for a in arms if a.baseline == base.id and a.role == "strategy"] + \
-            [a for a in arms if a.id == base.id] + [a for a in arms if a.baseline == base.id and a.role == "control"]
+        others = [a for a in mine if a.role == "strategy"] + [base] + [a for a in mine if a.role == "control"]
         for a in others:
             samples = list(got[a.id].values())
             kind = {"strategy": "strategy", "baseline": "aa", "control": "control"}[a.role]
@@ -304,7 +370,14 @@ def _rows(study: StudyMeta, records: Sequence[result.BatchRecord], host: str, ta
                        for s in samples]
             if len(samples) >= 2 and len(ref) >= 2:
                 # the same relabellings for every row of a prompt: identical samples give identical p-values
-                cmp = two_sample(samples, ref, study.settings.prefix, row_rng(host, task, prompt), lps)
+                # the same relabellings for every row of a prompt: drawn once per sample sizes, the generator then
+                # where the row's first draw would leave it
+                rng = row_rng(host, task, prompt)
+                size = (len(samples), len(ref))
+                if size not in drawn:
+                    drawn[size] = (permutations(*size, rng, count), rng.bit_generator.state)
+                rng.bit_generator.state = drawn[size][1]
+                cmp = two_sample(samples, ref, study.settings.prefix, rng, lps, count, drawn[size][0])
                 row["tests"], row["tv"] = cmp.tests, cmp.tv
                 data = _fingerprint(host, task, prompt, ref_id, samples, lps)
                 for test in cmp.tests:
@@ -317,6 +390,19 @@ def _rows(study: StudyMeta, records: Sequence[result.BatchRecord], host: str, ta
                 row["tests"], row["tv"] = [], None
             rows.append(row)
     return rows
+
+
+def _row_sizes(study: StudyMeta, index: BatchIndex, hosts: Sequence[str]) -> list[int]:
+    """How many samples each row of the table compares (its own and its reference's), from the ok batches."""
+    drawn = {k: sum(len(r["samples"]) for r in recs if r["status"] == "ok") for k, recs in index.items()}
+    sizes = []
+    for host in hosts:
+        for task, prompt in study.settings.prompts:
+            for a in study.arms:
+                if a.role != "reference":
+                    ref = f"{a.baseline}@reference"
+                    sizes.append(drawn.get((host, a.id, task, prompt), 0) + drawn.get((host, ref, task, prompt), 0))
+    return sizes
 
 
 def _fingerprint(host: str, task: str, prompt: str, ref: str, samples: Sequence[Sample],
@@ -362,8 +448,10 @@ def summary(study: StudyMeta | None, records: Sequence[result.BatchRecord], host
     family; None for a run without a sampling study. `args` gives each strategy's spec type and flags."""
     if not study:
         return None
+    index = batch_index(records)
+    count = permutation_count(_row_sizes(study, index, hosts))
     rows = [r for host in hosts for task, prompt in study.settings.prompts
-            for r in _rows(study, records, host, task, prompt, args)]
+            for r in _rows(study, index, host, task, prompt, args, count)]
     family = _judge(rows)
     controls = [r for r in rows if r["kind"] == "control" and r["verdict"] != "not tested"]
     ok = [r for r in records if r["status"] == "ok"]
@@ -373,7 +461,7 @@ def summary(study: StudyMeta | None, records: Sequence[result.BatchRecord], host
                                     batch=recorded["batch"], seed=recorded["seed"], control=recorded["control"])
     return {"settings": settings,
             "rows": rows, "family": {"tests": family, "method": "holm", "alpha": ALPHA,
-                                     "permutations": PERMUTATIONS},
+                                     "permutations": count},
             "power": all(r["verdict"] == "differs" for r in controls) if controls else None,
             "batches": {"planned": study.batches, "ok": len(ok), "failed": len(records) - len(ok)},
             "samples": sum(len(r["samples"]) for r in ok),
@@ -390,11 +478,21 @@ def compare(a: shapes.StudySummary | None, b: shapes.StudySummary | None,
         return {"only": "A" if a else "B", "rows": [], "changed": 0, "same": 0}
     rows_a = {(r["host"], r["task"], r["prompt"], r["arm"]): r for r in a["rows"]}
     rows = []
+    missing: list[shapes.OneSideRow] = []
+    matched: set[tuple[str, str, str, str]] = set()
     for r in b["rows"]:
-        ra = rows_a.get((to_a.get(r["host"], r["host"]), r["task"], r["prompt"], r["arm"]))
+        key = (to_a.get(r["host"], r["host"]), r["task"], r["prompt"], r["arm"])
+        ra = rows_a.get(key)
         if ra is not None:
+            matched.add(key)
             rows.append({"host": ra["host"], "task": r["task"], "prompt": r["prompt"], "arm": r["arm"],
                          "kind": r["kind"], "a": ra["verdict"], "b": r["verdict"], "p_adjusted_b": r["p_adjusted"],
                          "changed": ra["verdict"] != r["verdict"]})
+        else:
+            missing.append({"side": "B", "host": r["host"], "task": r["task"], "prompt": r["prompt"],
+                            "arm": r["arm"], "verdict": r["verdict"]})
+    missing[:0] = [{"side": "A", "host": k[0], "task": k[1], "prompt": k[2], "arm": k[3], "verdict": r["verdict"]}
+                   for k, r in rows_a.items() if k not in matched]
     return {"only": None, "settings_a": a["settings"], "settings_b": b["settings"], "rows": rows,
-            "changed": sum(r["changed"] for r in rows), "same": sum(not r["changed"] for r in rows)}
+            "changed": sum(r["changed"] for r in rows), "same": sum(not r["changed"] for r in rows),
+            "missing": missing}

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from scipy import stats as sps
+
 from harness.analysis import inference as inf
 from harness.analysis.records import CellIndex, CellKey
 
@@ -87,6 +89,15 @@ class Speedup:
     def n(self) -> int:
         return self.interval.n
 
+    def family_interval(self) -> inf.Interval | None:
+        """The interval at the family's first Holm step (confidence 1 - alpha / tests: Bonferroni's, which Holm's
+        marks never ask more than), None where the speedup was not judged. An unmarked "differs from 1" always has
+        this interval include 1, whatever its 95% interval says."""
+        j = self.judgement
+        if not j.family or self.est is None or not self.est.testable:
+            return None
+        return inf.Interval.of(self.est, 1 - inf.ALPHA / j.family)
+
 
 def paired_logs(index: CellIndex, key: CellKey, baseline: str) -> dict[int, float]:
     """Per round, the mean over the cell's prompts of log(strategy tok/s / baseline tok/s), each prompt paired
@@ -109,10 +120,10 @@ def _by_round_prompt(index: CellIndex, key: CellKey) -> dict[tuple[int, str], fl
 @dataclass(frozen=True)
 class Power:
     """What a table's rounds could mark (inference.smallest_marked at the family's first step, `family` its tests):
-    the smallest
-    speedup a cell of median noise would be marked faster with (its slowdown counterpart is the reciprocal), the
-    same for the noisiest quarter's boundary and for the geometric means, and the rounds a cell of median noise
-    would need for each of POWER_TARGETS."""
+    the smallest speedup a cell of median noise would be marked faster with (its slowdown counterpart is the
+    reciprocal), the same at the noisiest quarter's edge and for the geometric means, and the rounds a cell of the
+    table's median noise would need for each of POWER_TARGETS (`rounds_for`), with the range those rounds take
+    over the uncertainty of that median (`rounds_range`: the rounds at the median's 95% order-statistic bounds)."""
 
     family: int
     rounds: int
@@ -120,6 +131,50 @@ class Power:
     noisiest: float | None
     geomeans: float | None
     rounds_for: dict[float, int | None]
+    rounds_range: dict[float, tuple[int | None, int | None]] = field(default_factory=dict)
+    half: float | None = None  # the speedup a cell of the median noise is marked with about half the time
+    noise: float | None = None  # the table's median per-round variance the projection uses (`Noise.variance`)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A table's noise per paired round: `variance` the median over its judged cells of one round's log-ratio
+    variance, `low`/`high` that median's 95% order-statistic bounds, and `df_share` the median of the cells'
+    moderated degrees of freedom over their own (what moderation adds, per own degree of freedom)."""
+
+    variance: float
+    low: float
+    high: float
+    df_share: float
+    family: int
+
+
+def winsorized_share(n: int) -> float:
+    """A winsorized variance (inference.spread from TRIM_FROM values) over the variance of the same normal values:
+    the expected share at the trimming n gives, g = floor(TRIM n) values replaced at each end."""
+    if n < inf.TRIM_FROM:
+        return 1.0
+    g = math.floor(inf.TRIM * n) / n
+    z = float(sps.norm.isf(g))
+    return (1 - 2 * g) - 2 * z * float(sps.norm.pdf(z)) + 2 * g * z * z
+
+
+def table_noise(cells: Sequence[Speedup], family: int) -> Noise | None:
+    """The median per-round variance of the paired log ratios of the cells with at least MIN_ROUNDS rounds (see
+    `Noise`): each cell's sample variance over its rounds, the median over cells divided by the median of a
+    chi-square over its degrees of freedom at the cells' median rounds (a median of sample variances falls below
+    the variance: at 3 rounds by 31%)."""
+    use = [s for s in cells if s.est is not None and s.est.testable and s.n >= MIN_ROUNDS and len(s.rounds) >= 2]
+    if not use:
+        return None
+    v = sorted(statistics.variance([math.log(r) for r in s.rounds.values()]) for s in use)
+    k, n = len(v), int(statistics.median(len(s.rounds) for s in use))
+    bias = float(sps.chi2.median(n - 1)) / (n - 1)
+    half = 1.96 * math.sqrt(k) / 2  # ranks of the median's 95% bounds (normal approximation to the binomial)
+    lo, hi = max(0, math.floor(k / 2 - half)), min(k - 1, math.ceil(k / 2 + half) - 1)
+    shares = [s.est.df / inf.shape(s.n)[1] for s in use if inf.shape(s.n)[1] > 0]
+    return Noise(statistics.median(v) / bias, v[lo] / bias, v[hi] / bias,
+                 statistics.median(shares) if shares else 1.0, family)
 
 
 @dataclass(frozen=True)
@@ -145,23 +200,47 @@ class SpeedupTable:
         if not judged:
             return Power(fam, 0, None, None, None, {t: None for t in POWER_TARGETS})
         small = sorted(s.judgement.smallest for s in judged)
-        mid = sorted(judged, key=lambda s: s.judgement.smallest)[len(judged) // 2]
-        return Power(fam, int(statistics.median(s.n for s in judged)), math.exp(small[len(small) // 2]),
+        noise = table_noise(judged, fam)
+        need = {t: rounds_to_mark(noise, math.log(t)) for t in POWER_TARGETS}
+        spread = {t: (rounds_to_mark(noise, math.log(t), "low"), rounds_to_mark(noise, math.log(t), "high"))
+                  for t in POWER_TARGETS}
+        rounds = int(statistics.median(s.n for s in judged))
+        half = half_marked(noise, rounds)
+        return Power(fam, rounds, math.exp(small[len(small) // 2]),
                      math.exp(small[(3 * len(small)) // 4]), math.exp(statistics.median(geo)) if geo else None,
-                     {t: rounds_to_mark(mid.est, fam, math.log(t)) for t in POWER_TARGETS})
+                     need, spread, None if half is None else math.exp(half), None if noise is None else noise.variance)
 
 
-def rounds_to_mark(est: inf.Estimate | None, family: int, effect: float, limit: int = 200) -> int | None:
-    """Rounds a cell with this noise would need for `effect` (log) to be the smallest it could mark, its variance per
-    round as measured and its degrees of freedom growing with its own (None: not within `limit`)."""
-    if est is None or not est.testable or est.se == 0:
+def half_marked(noise: Noise | None, rounds: int) -> float | None:
+    """The |log effect| a cell of the table's median noise is marked with about half the time at these rounds: the
+    family's first-step quantile times the cell's true standard error times the median of sqrt(chi-square/df) (an
+    estimate's standard error is below the truth in more than half of the draws with few degrees of freedom, so
+    more than half are marked at the bare quantile: 63-74% at 3 unmoderated rounds). None without a noise."""
+    if noise is None or rounds < MIN_ROUNDS:
         return None
-    factor, df = inf.shape(est.n)
-    per_round, extra = est.se ** 2 / factor, (est.df / df if df > 0 else 1.0)
-    for m in range(2, limit + 1):
+    f, d = inf.shape(rounds)
+    df = min(d * noise.df_share, inf.MAX_DF)
+    se = math.sqrt(noise.variance * winsorized_share(rounds) * f)
+    small = inf.smallest_marked(inf.Estimate(0.0, se, df, rounds, inf.Method.MEAN, True), noise.family)
+    return None if small is None else small * math.sqrt(float(sps.chi2.median(df)) / df)
+
+
+def rounds_to_mark(noise: Noise | None, effect: float, at: str = "variance", limit: int = 200) -> int | None:
+    """Rounds a cell of the table's median noise (`at`: or of its 95% bounds, "low"/"high") would need for `effect`
+    (log) to be the smallest it could mark at the family's first step, so that about half of the cells with that
+    effect are marked: at m rounds its standard error is that variance times the location's factor (a trimmed
+    mean's scale the winsorized share of it, `winsorized_share`), its degrees of freedom m's own times the table's
+    moderation share, at most MAX_DF (None: not within `limit`).
+    bench/rounds_projection.py checks the share marked by simulation."""
+    if noise is None:
+        return None
+    var = getattr(noise, at)
+    for m in range(MIN_ROUNDS, limit + 1):
         f, d = inf.shape(m)
-        e = inf.Estimate(0.0, math.sqrt(per_round * f), min(d * extra, inf.MAX_DF), m, est.method, est.moderated)
-        small = inf.smallest_marked(e, family)
+        scale = var * winsorized_share(m)
+        e = inf.Estimate(0.0, math.sqrt(scale * f), min(d * noise.df_share, inf.MAX_DF), m,
+                         inf.Method.TRIMMED if m >= inf.TRIM_FROM else inf.Method.MEAN, True)
+        small = inf.smallest_marked(e, noise.family)
         if small is not None and small <= effect:
             return m
     return None

@@ -13,7 +13,20 @@ from collections import defaultdict
 from typing import Any
 
 from harness import formatter as fm
-from harness.analysis import builds, checks, completion, explanation, gaps, lossless, stats, tuning, words
+from harness.analysis import (
+    breakeven,
+    builds,
+    checks,
+    completion,
+    dimensions,
+    explanation,
+    gaps,
+    lossless,
+    reach,
+    stats,
+    tuning,
+    words,
+)
 from harness.analysis import convergence as cv
 from harness.analysis import inference as inf
 from harness.analysis import prompt_sample as suite_categories
@@ -50,7 +63,12 @@ def _verdict(s: Speedup) -> shapes.VerdictJson:
     j = s.judgement
     return {"kind": j.verdict.value, "rule": words.verdict_rule(s), "p_differs": fm.rounded(j.p_differs, 6),
             "p_within": fm.rounded(j.p_within, 6), "p_adjusted": fm.rounded(j.p_adjusted, 6), "family": j.family,
-            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4)}
+            "smallest_marked": None if j.smallest is None else fm.rounded(math.exp(j.smallest), 4),
+            "family_interval": _bounds(s.family_interval())}
+
+
+def _bounds(iv: inf.Interval | None) -> shapes.BoundsJson | None:
+    return None if iv is None or not iv.available else iv.bounds()
 
 
 def _prior(p: inf.Prior) -> shapes.PriorJson:
@@ -70,7 +88,22 @@ def _family(table: sp.SpeedupTable) -> shapes.FamilyJson:
             "power": {"family": pw.family, "rounds": pw.rounds, "cells": fm.rounded(pw.cells, 4),
                       "noisiest_quarter": fm.rounded(pw.noisiest, 4), "geomeans": fm.rounded(pw.geomeans, 4),
                       "rounds_for": {fm.fixed(t, 2): n for t, n in pw.rounds_for.items()},
+                      "rounds_range": {fm.fixed(t, 2): list(r) for t, r in pw.rounds_range.items()},
+                      "noise": fm.rounded(pw.noise, 6),
                       "sentence": words.power(pw)}}
+
+
+def _reach(table: sp.SpeedupTable, run_id: str) -> shapes.ReachJson | None:
+    """What a reproduction of this run can confirm (harness/analysis/reach.py), None without a judged geometric
+    mean."""
+    r = reach.reach(table)
+    if r is None:
+        return None
+    return {"geomeans_best": fm.rounded(r.geomeans_best, 4), "cells_best": fm.rounded(r.cells_best, 4),
+            "geomeans_same_rounds": fm.rounded(r.geomeans_same, 4), "cells_same_rounds": fm.rounded(r.cells_same, 4),
+            "rounds": r.rounds, "margin": r.margin, "cell_margin": r.cell_margin,
+            "rounds_for_margin": r.rounds_for_margin, "rounds_for_cell_margin": r.rounds_for_cells,
+            "command": words.reach_command(r, run_id), "sentence": words.reach(r, run_id)}
 
 
 def bandwidth(meta: RunMeta, host: str) -> tuple[float, str]:
@@ -90,8 +123,10 @@ def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
 
 def summarize(rd: RunDir) -> shapes.Summary:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
-    meta = rd.read_meta()
-    records = rd.measurements()
+    full = rd.read_meta()
+    measured = rd.measurements()
+    # synthetic acceptance (benchmarking only) has a section of its own and no place in any other table
+    meta, records = breakeven.split(full, measured)
     everything = CellIndex(records)
     index, _ = tuning.split(meta, everything)  # a sweep's confirmation rounds have their own table
     baselines = {s.id: s.baseline for s in meta.planned_strategies()}
@@ -140,6 +175,7 @@ def summarize(rd: RunDir) -> shapes.Summary:
         "missing": missing, "cells": cells, "determinism": _determinism_totals(cells, meta),
         "geomeans": [_geomean(g) for g in table.geomeans],
         "family": _family(table),
+        "reproduction_reach": _reach(table, meta.run_id),
         "interference": interference,
         "checks_ran": checks_ran(cells, interference, meta),
         "rules": {"speedup": words.speedup_rule(),
@@ -151,14 +187,19 @@ def summarize(rd: RunDir) -> shapes.Summary:
         "quiet_wait": quiet_wait_summary(meta, everything),
         "completion": completion.of(meta, everything).as_dict(),
     } | tuning.summary(meta, everything) | explanation.summary(meta, index, baselines, run_stats.table)
+    out |= dimensions.summary(meta, run_stats.table)  # a run with lengths or depths listed: its curves
     section = builds.summary(meta, index)  # a run of several builds: each later build against the first
     if section is not None:
         out["builds"] = section
     categories, design = suite_categories.summary(meta, index, baselines, table)  # prompt suites: two intervals
     if categories:
         out["categories"], out["categories_power"] = categories, design
+    samples = rd.samples()  # read and checked whenever the file is there, as compare reads it
+    if rd.torn_samples_line:
+        out["measurements"]["torn_samples_line"] = True
+    out |= breakeven.summary(full, CellIndex(measured))  # nothing for a run without breakeven blocks
     if meta.plan.distribution:  # the sampling study's table (harness/analysis/lossless.py), for a run that drew one
-        study = lossless.summary(meta.plan.distribution, rd.samples(), meta.plan.hosts,
+        study = lossless.summary(meta.plan.distribution, samples, meta.plan.hosts,
                                  {s.id: (s.spec_type, s.args) for s in meta.strategies})
         if study is not None:
             out["distribution"] = study

@@ -11,6 +11,7 @@ from harness.analysis import contamination as ct
 from harness.analysis import inference as inf
 from harness.analysis import speedups as sp
 from harness.analysis import stability as st
+from harness.analysis.reach import Reach
 from harness.analysis.reproduction import Call, Reproduction, Row
 
 
@@ -268,14 +269,59 @@ def power(pw: sp.Power) -> str:
     if pw.cells is None:
         return ""
     text = (f"With {pw.rounds} rounds at this noise a cell is marked ▲ from {fm.ratio(pw.cells)} (▼ below "
-            f"{fm.ratio(1 / pw.cells)}) when its noise is the table's median, from {fm.ratio(pw.noisiest)} in the "
-            "noisiest quarter")
+            f"{fm.ratio(1 / pw.cells)}) when its noise is the table's median, from {fm.ratio(pw.noisiest)} at the "
+            "noisiest quarter's edge")
     if pw.geomeans is not None:
         text += f", a geometric mean from {fm.ratio(pw.geomeans)}"
-    needs = [f"{fm.ratio(t)} needs about {n} rounds" if n else f"{fm.ratio(t)} is out of reach within 200 rounds"
-             for t, n in pw.rounds_for.items() if n is None or n > pw.rounds]
+    needs = [_rounds_needed(t, n, pw.rounds_range.get(t)) for t, n in pw.rounds_for.items()
+             if n is None or n > pw.rounds]
     return text + (" (about half of the cells with such a speedup are marked)" +
-                   (f"; at the median noise {', '.join(needs)}" if needs else "") + ".")
+                   (f"; a cell of the table's median noise {', '.join(needs)}" if needs else "") + ".")
+
+
+def reach(r: Reach, run_id: str) -> str:
+    """How well a reproduction of this run can confirm it, the rounds B needs, and the command that tightens it."""
+    def rounds(n: int | None, margin: float, what: str) -> str:
+        if n is None:
+            return f"±{fm.pct(margin)} for {what} is out of reach by adding rounds to B alone"
+        return f"±{fm.pct(margin)} for {what} needs about {n} rounds in B"
+
+    text = (f"a reproduction can confirm this run's geometric means within ±{fm.pct(r.geomeans_best, 1)} at best "
+            f"(±{fm.pct(r.geomeans_same, 1)} with a B of its {r.rounds} rounds)")
+    if r.cells_best is not None and r.cells_same is not None:
+        text += f" and every cell within ±{fm.pct(r.cells_best)} (±{fm.pct(r.cells_same)})"
+    text += (f"; with this run's noise, {rounds(r.rounds_for_margin, r.margin, 'the geometric means')}, "
+             f"{rounds(r.rounds_for_cells, r.cell_margin, 'every cell')}")
+    if r.rounds_for_margin is None or r.rounds_for_cells is None:
+        text += f"; rounds added here tighten it: `{reach_command(r, run_id)}`"
+    return text
+
+
+def reach_command(r: Reach, run_id: str) -> str:
+    """The command that narrows this run's own intervals (every cell's to half the cell margin)."""
+    return f"invoke run --resume {run_id} --until {fm.pct(r.cell_margin / 2)}"
+
+
+def builds_power(pw: sp.Power) -> str:
+    """What a table of one build against another could mark, in one sentence (empty without a judged cell)."""
+    if pw.half is None:
+        return ""
+    return (f"With {pw.rounds} rounds at this noise a cell of the table's median noise is marked ▼ about half the "
+            f"time when its true B/A is {fm.ratio(1 / pw.half)} (▲ at {fm.ratio(pw.half)}): a cell without a mark "
+            "says little of a change smaller than that.")
+
+
+def _rounds_needed(target: float, n: int | None, bounds: tuple[int | None, int | None] | None) -> str:
+    """"1.10x needs about 14 rounds (9 to 17 over the uncertainty of that noise)" or out of reach."""
+    if not n:
+        return f"at {fm.ratio(target)} is out of reach within 200 rounds"
+    text = f"at {fm.ratio(target)} needs about {n} rounds to be marked half the time"
+    if bounds is None or bounds == (n, n):
+        return text
+    lo, hi = bounds
+    span = f"{lo} to {hi}" if hi else f"from {lo} to beyond 200"
+    return text + f" ({span} over the uncertainty of that median noise)"
+
 
 def _n(k: int, one: str, many: str | None = None) -> str:
     return f"{fm.count(k)} {one if k == 1 else many or one + 's'}"

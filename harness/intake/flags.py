@@ -25,6 +25,8 @@ RESERVED: dict[str, str] = {
         "the kit sets the speculative type (a strategy's spec_type)": (
             "--spec-type", *(f for t in spec_types.SPEC_TYPES for f in t.selecting_flags)),
         "the kit binds the server to 127.0.0.1 on a port of its choosing": ("--host", "--port", "--reuse-port"),
+        "the kit sets synthetic acceptance from a strategy's breakeven block (benchmarking only)":
+            spec_types.SYNTH_FLAGS,
     }.items()
     for flag in flags
 }

@@ -16,7 +16,8 @@ from harness import KitError, schema
 from harness import formatter as fm
 from harness.files import display_path, file_sha256
 from harness.intake import builds as bl
-from harness.intake import cmake_flags, flags, spec_types
+from harness.intake import cmake_flags, dimensions, flags, spec_types
+from harness.intake import load as load_block
 from harness.intake import suites as suite_files
 from harness.intake import sweep as expansion
 from harness.intake.bounded_yaml import ManifestError, parse_yaml
@@ -24,6 +25,8 @@ from harness.intake.model_paths import model_location
 from harness.intake.urls import redact_url, url_problem
 
 DEFAULT_LOAD_TIMEOUT_S = 600.0
+#: The most context one server is asked for (its slots' -c together): 8 slots of 32k.
+MAX_SERVER_CONTEXT = 262_144
 DEFAULT_REQUEST_TIMEOUT_S = 900.0
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_PROMPT_BYTES = 4 << 20
@@ -206,6 +209,22 @@ class Task:
     n_predict: int
     #: A perturbation task: prompts[0] is the reference, the others its variants (a phrase added or removed).
     perturbation: bool = False
+    #: Tokens of filler before the prompt (harness/run/filler.py); 0: the prompt alone.
+    depth: int = 0
+    #: The dimensions given as lists on its entry, with this task's values (harness/intake/dimensions.py).
+    dims: tuple[tuple[str, int], ...] = ()
+    #: The index of its entry in the manifest's `tasks:` (a suite's or an expanded entry's tasks share one).
+    entry: int = 0
+
+    @property
+    def family(self) -> str:
+        """The manifest entry's id: the same for every length and depth of one entry."""
+        return dimensions.family(self.id, self.dims)
+
+    @property
+    def family_id(self) -> str:
+        """The entry id by the name `--tasks` selects with (as a strategy's): every length and depth of it."""
+        return self.family
 
     def prompt(self, prompt_id: str | None = None) -> str:
         return self.get_prompt(prompt_id).text()
@@ -237,6 +256,9 @@ class Sampling:
 #: the study's temperature.
 STUDY_SAMPLES, STUDY_TOKENS, STUDY_PREFIX, STUDY_BATCH, STUDY_SEED = 24, 16, 3, 8, 1
 STUDY_TEMPERATURE, STUDY_CONTROL_OFFSET = 0.8, 0.4
+#: The schemas' bounds of a study: temperature at most 10, at most 500 samples per arm (the kernel test compares
+#: every pair of samples).
+MAX_TEMPERATURE, MAX_STUDY_SAMPLES = 10.0, 500
 
 
 @dataclass(frozen=True)
@@ -292,7 +314,10 @@ def study(block: Mapping[str, Any], strategies: tuple[Strategy, ...], tasks: tup
         names += picked
     sp = block["sampling"]
     temperature = float(sp["temperature"])
-    control = dict(block.get("control") or {"temperature": round(temperature + STUDY_CONTROL_OFFSET, 6)})
+    # the default control a step warmer, or cooler where warmer would pass the schema's highest temperature
+    warmer = temperature + STUDY_CONTROL_OFFSET
+    default = warmer if warmer <= MAX_TEMPERATURE else temperature - STUDY_CONTROL_OFFSET
+    control = dict(block.get("control") or {"temperature": round(default, 6)})
     kind, value = next(iter(control.items()))
     if (kind, value) in (("temperature", temperature), ("top_k", sp.get("top_k"))):
         raise fail(f"control.{kind}", f"{value} is the study's own setting; the control must differ from it")
@@ -330,6 +355,8 @@ class Manifest:
     builds: tuple[Build, ...] = ()
     #: The prompt suites its tasks were drawn from (harness/intake/suites.py), in task order.
     suites: tuple[suite_files.Drawn, ...] = ()
+    #: The load study (`load:`, harness/intake/load.py), None without one.
+    load: load_block.LoadStudy | None = None
 
     @property
     def folder(self) -> Path:
@@ -451,6 +478,7 @@ class _Builder:
         timeouts = raw.get("timeouts", {})
         drawn: list[suite_files.Drawn] = []
         tasks = self.tasks(check_files, drawn)
+        self.check_depths(tasks, strategies, server_args)
         return Manifest(
             path=self.path, name=raw["name"], description=raw.get("description", ""),
             hardware=Hardware(hw["name"], float(hw["memory_bandwidth_gbs"]), hw["bandwidth_source"],
@@ -463,7 +491,9 @@ class _Builder:
             request_timeout_s=float(timeouts.get("request_s", DEFAULT_REQUEST_TIMEOUT_S)), text=text,
             confirm_rounds=raw.get("confirm_rounds"), retakes=raw.get("retakes"),
             distribution=study(raw["distribution"], strategies, tasks, self.where) if "distribution" in raw else None,
-            builds=tuple(b for b in builds if b.name), suites=tuple(drawn))
+            builds=tuple(b for b in builds if b.name), suites=tuple(drawn),
+            load=load_block.parse(raw["load"], strategies, tasks, int(raw["runs"]), self.where) if "load" in raw
+            else None)
 
     def builds(self) -> list[Build]:
         """The named builds (each entry's llama_cpp and build, else the top-level ones), or the one top-level
@@ -601,11 +631,23 @@ class _Builder:
                     if len(sid) > expansion.MAX_ID_LENGTH:
                         raise self.fail(f"{fp}.builds", f"the name {sid[:60]!r}... is longer than "
                                         f"{expansion.MAX_ID_LENGTH} characters; a shorter build name")
-                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e),
+                    self.check_context(f"{fp}.parallel", e.parallel)
+                    out.append(Strategy(sid, s["spec_type"], s.get("draft"), args + expansion.sweep_args(e) + e.extra,
                                         s.get("label"), e.parallel, s.get("model", "target"), s.get("baseline"),
                                         family, e.sweep, b))
         self.check_baselines(out)
         return tuple(out)
+
+    def check_context(self, field_path: str, parallel: int) -> None:
+        """N slots ask llama-server for N times server_args' -c (harness/run/server.py): bounded before any engine
+        is asked, as a single -c is by the model it loads."""
+        common = flags.canonical(tuple(self.raw.get("server_args", ())))
+        at = [i + 1 for i in range(len(common) - 1) if common[i] in ("-c", "--ctx-size")]
+        ctx = common[at[-1]] if at else ""
+        if parallel > 1 and ctx.isascii() and ctx.isdigit() and int(ctx) * parallel > MAX_SERVER_CONTEXT:
+            raise self.fail(field_path, f"{parallel} slots of server_args' -c {ctx} ask llama-server for a context "
+                            f"of {fm.count(int(ctx) * parallel)} tokens; at most {fm.count(MAX_SERVER_CONTEXT)} (a "
+                            "smaller -c or fewer slots)")
 
     def check_baselines(self, strategies: list[Strategy]) -> None:
         """With several builds, a speculative strategy's speedup is against a baseline of its own build: one must
@@ -652,7 +694,7 @@ class _Builder:
         for i, t in enumerate(self.raw["tasks"]):
             fp = f"tasks[{i}]"
             if "suite" in t:
-                out += self.suite_tasks(i, t, check_files, seen, drawn)
+                out += [replace(x, entry=i) for x in self.suite_tasks(i, t, check_files, seen, drawn)]
                 continue
             for key in ("id", "n_predict"):
                 if key not in t:
@@ -672,7 +714,8 @@ class _Builder:
             if t.get(key) and len(prompts) < 2:
                 raise self.fail(f"{fp}.{key}", "a perturbation task compares variants with its first prompt: give at "
                                 "least two prompts")
-            out.append(Task(t["id"], prompts, t["n_predict"], bool(t.get(key, False))))
+            out += [Task(p.id, prompts, p.n_predict, bool(t.get(key, False)), p.depth, p.dims, i)
+                    for p in dimensions.entry(t, f"{self.where}: {fp}", len(out))]
         return tuple(out)
 
     def suite_tasks(self, i: int, t: dict[str, Any], check_files: bool, seen: dict[str, int],
@@ -704,6 +747,16 @@ class _Builder:
                                           suite_files.record_name(got.suite, q)))
                 out.append(Task(task_id, tuple(prompts), got.suite.n_predict))
         return out
+
+    def check_depths(self, tasks: tuple[Task, ...], strategies: tuple[Strategy, ...],
+                     server_args: tuple[str, ...]) -> None:
+        """A task's filler and output fit every strategy's context (before any container starts)."""
+        for t in tasks:
+            for s in strategies:
+                problem = dimensions.check_context(t.depth, t.n_predict, dimensions.context_size(
+                    list(server_args) + list(s.args)), s.parallel)
+                if problem is not None:
+                    raise self.fail(f"tasks[{t.entry}].depth", f"{t.id} on {s.id}: {problem}")
 
     def prompt_entries(self, fp: str, t: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if ("prompt_file" in t) == ("prompts" in t):
@@ -775,11 +828,14 @@ def unpinned(manifest: Manifest) -> list[str]:
             out.append(f"{where}: models.{m.key}.hf.revision: not pinned (a branch can move)")
     out += [f"{d.suite.field}.sha256: not pinned (the suite file {d.suite.file})" for d in manifest.suites
             if not d.suite.sha256]
-    for i, t in enumerate(manifest.tasks):
+    firsts: dict[int, Task] = {}
+    for t in manifest.tasks:  # an expanded entry's prompts once
+        firsts.setdefault(t.entry, t)
+    for i, t in firsts.items():
         for j, p in enumerate(t.prompts):
             if p.source is not None:
                 continue  # a suite's question: its file is pinned (or named above), its text's sha256 is recorded
             if not p.sha256:
                 at = f"tasks[{i}].sha256" if len(t.prompts) == 1 else f"tasks[{i}].prompts[{j}].sha256"
-                out.append(f"{where}: {at}: not pinned ({t.id}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
+                out.append(f"{where}: {at}: not pinned ({t.family}" + (f"/{p.id})" if len(t.prompts) > 1 else ")"))
     return out

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from harness import KitError
 
+#: llama-server's synthetic acceptance flags (harness/intake/breakeven.py).
+SYNTH_FLAGS = ("--spec-synth-len", "--spec-synth-rates")
+
 #: How a drafter runs, for the bytes one target pass reads: once per drafted token, or once per draft call.
 SEQUENTIAL, BLOCK = "sequential", "block"
 
@@ -114,10 +117,18 @@ class StrategyFields:
     id: str
     spec_type: str
     family: str | None
+    args: tuple[str, ...]
 
     @property
     def speculative(self) -> bool:
         return is_speculative(self.spec_type)
+
+    @property
+    def synthetic(self) -> bool:
+        """It runs at synthetic acceptance (`--spec-synth-len` / `--spec-synth-rates`, benchmarking only: its output
+        is not valid): a point of its entry's break-even curve, never a speedup, a geometric mean or a lossless
+        check."""
+        return any(a in SYNTH_FLAGS for a in self.args)
 
     @property
     def family_id(self) -> str:

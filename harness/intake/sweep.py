@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from harness.intake import flags, spec_types
+from harness.intake import breakeven, flags, spec_types
 from harness.intake.bounded_yaml import ManifestError
 
 #: Combinations of one strategy's sweep (values multiplied), before concurrency levels.
@@ -34,6 +34,8 @@ class Expanded:
     id: str
     sweep: tuple[tuple[str, str], ...]
     parallel: int
+    #: Arguments it adds that are not a swept value: a synthetic acceptance setting (harness/intake/breakeven.py).
+    extra: tuple[str, ...] = ()
 
 
 class SweepError(ValueError):
@@ -173,11 +175,47 @@ def entry(raw: dict[str, Any], args: tuple[str, ...], manifest: dict[str, Any], 
             raise SweepError("baseline", f"{base!r} is not a baseline (spec_type {kinds[base]!r}, expected 'none')")
         out = expand(raw["id"], raw["spec_type"], raw.get("sweep"), raw.get("parallel", level), args,
                      tuple(manifest.get("server_args", ())))
+        if "breakeven" in raw:
+            out += synthetic(raw, out, args, tuple(manifest.get("server_args", ())))
         if before + len(out) * copies > MAX_EXPANDED:  # copies: the entry once per build it runs on
             raise SweepError("id", f"{before + len(out) * copies} strategies once sweeps and levels are expanded"
                              f"{' on each build' if copies > 1 else ''}; at most {MAX_EXPANDED}")
     except SweepError as e:
         raise ManifestError(f"{where}.{e.field}: {e.message}") from None
+    return out
+
+
+def synthetic(raw: dict[str, Any], expanded: list[Expanded], args: tuple[str, ...],
+              server_args: tuple[str, ...]) -> list[Expanded]:
+    """The synthetic-acceptance strategies of an entry's `breakeven` block, one client each, named after the entry;
+    SweepError where the block cannot be measured."""
+    if not any(e.parallel == 1 for e in expanded):
+        raise SweepError("breakeven", "synthetic acceptance is measured at one client: add 1 to parallel")
+    block = raw["breakeven"]
+    sweep, at = raw.get("sweep") or {}, block.get("at")
+    if sweep and at is None:
+        raise SweepError("breakeven", "a swept entry's curve is measured at one combination: give it as at: "
+                         "{flag: value} (one value of each swept flag)")
+    if at is not None and set(at) != set(sweep):
+        raise SweepError("breakeven.at", f"expected one value of each swept flag {sorted(sweep)}, got {sorted(at)}")
+    pairs: list[tuple[str, str]] = []
+    for f in sweep:
+        if value_key(value_text(at[f])) not in [value_key(value_text(v)) for v in sweep[f]]:
+            raise SweepError(f"breakeven.at.{f}", f"{at[f]!r} is not one of the swept values {sweep[f]}")
+        pairs.append((f, value_text(at[f])))
+    try:
+        settings = breakeven.values(block, raw["spec_type"], args + sweep_args(Expanded("", tuple(pairs), 1)),
+                                    server_args)
+    except breakeven.BreakevenError as e:
+        raise SweepError(e.field, e.message) from None
+    names = short_names(list(sweep))
+    out = []
+    for flag, value in settings:
+        parts = [f"{names[f]}={v}" for f, v in pairs] + [f"{flag.removeprefix('--spec-')}={value}"]
+        eid = f"{raw['id']}[{','.join(parts)}]"
+        if len(eid) > MAX_ID_LENGTH:
+            raise SweepError("breakeven", f"the name {eid[:60]!r}... is longer than {MAX_ID_LENGTH} characters")
+        out.append(Expanded(eid, (), 1, sweep_args(Expanded("", tuple(pairs), 1)) + (flag, value)))
     return out
 
 

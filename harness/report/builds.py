@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from harness import formatter as fm
 from harness.intake.builds import across
+from harness.report import intervals
 from harness.store import shapes
 
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
@@ -79,7 +80,7 @@ def _text(f: shapes.BuildFigure | None) -> str:
         return f"{fm.ratio(f['estimate'])} ? too few rounds ({f['interval'].get('n', 0)})"
     iv = f["interval"]
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv.get("low") is not None else ""
-    return f"{fm.ratio(f['estimate'])}{span} {MARKS.get(v, '')}".rstrip()
+    return f"{fm.ratio(f['estimate'])}{span} {MARKS.get(v, '')}".rstrip() + intervals.family_span(iv, f["verdict"])
 
 
 def _ratio_table(table: shapes.BuildTable, tasks: list[str], several_hosts: bool) -> str:
@@ -105,8 +106,11 @@ def _family(table: shapes.BuildTable) -> str:
     fam = table["family"]
     if not fam["cells"]:
         return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
+    braced = intervals.braces([(f["interval"], f["verdict"]) for f in [*table["cells"], *table["geomeans"]]])
     return (f"One family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
-            f"mean{'s' if fam['geomeans'] != 1 else ''} over tasks, {fam['tests']} tests, Holm's procedure at 5%.")
+            f"mean{'s' if fam['geomeans'] != 1 else ''} over tasks, {fam['tests']} tests, Holm's procedure at 5%."
+            + (" " + intervals.family_note(fam["tests"], fam["alpha"]) if braced else "")
+            + (" " + fam["power"]["sentence"] if fam.get("power", {}).get("sentence") else ""))
 
 
 def _outputs(out: shapes.OutputChanges, several_hosts: bool) -> list[str]:

@@ -34,16 +34,40 @@ def table(result: Comparison, fmt: str = "simple") -> str:
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
+def _value(v: object) -> str:
+    """A workload value: absent (the other run has it), a switch, or the value."""
+    if v is None:
+        return "(absent)"
+    if v == "":
+        return "(on)"
+    if isinstance(v, dict):
+        return " ".join(f"{k}={x}" for k, x in v.items())
+    return str(v)
+
+
 def text(result: Comparison, fmt: str = "simple") -> str:
     c = fm.console  # values from the run folders (run ids, hardware, models): escapes shown, one line each
     lines = [f"A: {c(result.a.run_id, 200)}   B: {c(result.b.run_id, 200)}"]
-    if result.differences:
+    env = [d for d in result.differences if d.kind != "workload"]
+    work = [d for d in result.differences if d.kind == "workload"]
+    if env:
         lines.append("environments differ:")
-        for d in result.differences:
+        for d in env:
             lines.append(f"  {c(d.field, 200)}: A {c(d.a, 70)} | B {c(d.b, 70)}"
                          + ("" if d.blocking else " (does not block: speedups transfer)"))
     else:
         lines.append("environments: same model files, llama.cpp source, backend, flags and hardware")
+    if work:
+        lines.append("workloads differ (different measurements: not a reproduction):")
+        lines += [f"  {c(d.field, 200)}: A {c(_value(d.a), 70)} | B {c(_value(d.b), 70)}" for d in work[:40]]
+        if len(work) > 40:
+            lines.append(f"  and {len(work) - 40} more")
+    else:
+        lines.append("workloads: same protocol, server flags, strategy flags, sampling, endpoint, n_predict and "
+                     "prompts (sha256)")
+    if result.same_records:
+        lines.append(f"records: B's {result.shared[1]} measurements are A's own (the same ids, start times and "
+                     "containers)")
     lines += [f"{x}: the last line of measurements.jsonl was cut short (a crash mid-write): that measurement is not "
               "counted" for x in result.torn_last_line]
     lines += ["", table(result, fmt), "", rule(result), *lossless_report.compare_lines(result.distribution), "",

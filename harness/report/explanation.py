@@ -13,6 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.report import breakeven as breakeven_report
 from harness.report import plotting
 from harness.store import shapes
 
@@ -48,6 +49,10 @@ def cause_text(d: shapes.DecompositionJson) -> str:
     if cause == "acceptance too low":
         return (f"**acceptance too low**: {fm.pct(d['acceptance'])} of drafted tokens accepted, {fm.sig(tpp)} of "
                 f"{fm.sig(d['offered_tokens_per_pass'])} tok/pass offered")
+    if cause == "gain and cost balance":
+        return (f"{fm.sig(tpp)} tok/pass and a step costing {fm.sig(step)} baseline passes balance (equivalent)")
+    if cause == "not decided":
+        return "not decided: the speedup has no mark"
     return f"**nothing drafted**: only the pass rate ({fm.sig(d['pass_rate']['estimate'])}) is left"
 
 
@@ -59,12 +64,15 @@ def decomposition_table(summary: shapes.Summary) -> str:
         return ""
     several = len(summary["hosts"]) > 1
     timed = any(d.get("draft_share") is not None for d in rows_in)
+    # where the run measured a break-even curve (harness/analysis/breakeven.py), what decides says it too
+    needs = {(c["host"], c["real"], c["task"]): c for c in (summary.get("breakeven") or {}).get("curves", [])}
     rows = []
     for d in rows_in:
+        curve = needs.get((d["host"], d["strategy"], d["task"]))
         row = [_who(d, several), fm.md(d["task"]),
                f"{fm.ratio(d['speedup'])} = {fm.sig(d['tokens_per_pass']['estimate'])} tok/pass × "
                f"{fm.sig(d['pass_rate']['estimate'])} pass rate", _factor(d["tokens_per_pass"]),
-               _factor(d["pass_rate"]), cause_text(d)]
+               _factor(d["pass_rate"]), cause_text(d) + (breakeven_report.decides(curve) if curve else "")]
         if timed:
             row += [fm.pct(d.get("draft_share")),
                     "-" if d.get("verify_pass_ms") is None else
@@ -81,8 +89,9 @@ DECOMPOSITION_RULE = (
     "Tokens per pass: the strategy's tokens per target pass over its baseline's (1: a pass yields one token); pass "
     "rate: its target passes per second over the baseline's. Round by round the two multiply to the paired "
     "speedup, so they multiply back to it here (the pass rate is the speedup over the tokens per pass). A cell "
-    "that is not faster is decided by the factor further from its ideal: acceptance (every drafted token accepted "
-    "would have given the tokens per pass offered) or the step (a step as cheap as a baseline pass). The draft's "
+    "marked slower is decided by the factor further from its ideal: acceptance (every drafted token accepted "
+    "would have given the tokens per pass offered) or the step (a step as cheap as a baseline pass). A cell without "
+    "a mark is not decided: which side of 1 its estimate fell on is the noise of its rounds. The draft's "
     "share and the verify pass come from the server's trace-level statistics (GPU backends).")
 
 

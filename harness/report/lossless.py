@@ -3,9 +3,12 @@ sampling study's table (harness/analysis/lossless.py) in words. Rendering only: 
 
 from __future__ import annotations
 
+import math
+
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.analysis import lossless
 from harness.store import shapes
 
 #: Short names of the tests in the order lossless.TESTS lists them.
@@ -120,8 +123,9 @@ def power(study: shapes.StudySummary) -> str:
             "so \"no difference detected\" below says little. Draw more samples (`invoke run --distribution N`).")
 
 
-def section(study: shapes.StudySummary | None, several_hosts: bool = False) -> list[str]:
-    """The RESULTS.md section of a run's sampling study (nothing for a run without one)."""
+def section(study: shapes.StudySummary | None, several_hosts: bool = False, build: str = "b11434") -> list[str]:
+    """The RESULTS.md section of a run's sampling study (nothing for a run without one); `build`: which build its
+    server facts are said of (harness/analysis/builds.py `measured_on`)."""
     if not study:
         return []
     st = study["settings"]
@@ -137,17 +141,18 @@ def section(study: shapes.StudySummary | None, several_hosts: bool = False) -> l
              "show it).", "", power(study), "",
              f"The {study['family']['tests']} distinct tests of this table are judged as one family (Holm's procedure "
              "at 5%; a strategy whose every sample is the baseline's runs the A/A row's tests on the same data, "
-             f"counted once; permutation p-values with {fm.count(study['family']['permutations'])} relabellings).", "",
+             f"counted once; permutation p-values with {fm.count(study['family']['permutations'])} relabellings"
+             + _relabellings(study) + ").", "",
              table(study, several_hosts), ""]
     div = divergences(study, several_hosts)
     if div:
         lines += ["Where samples left the baseline's with the same seed:", "", *div, ""]
-    lines += [f"> {RULE.format(m=st['prefix'])}", ""]
+    lines += [f"> {RULE.format(m=st['prefix'], build=fm.md(build))}", ""]
     return lines
 
 
-RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-match verification (b11434's "
-        "default: drafts taken greedily, each checked against the token the target samples itself with the same "
+RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-match verification (the default "
+        "of {build}: drafts taken greedily, each checked against the token the target samples itself with the same "
         "random numbers) should reproduce the baseline token for token; a divergence to a neighbour of the "
         "baseline's token in its ranking (choice 1→2: the same random number falls just across the boundary) points "
         "at the verification pass's probabilities differing slightly from the baseline's one-token passes, not at "
@@ -162,14 +167,33 @@ RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-m
         "with 80% power at the family's strictest level.")
 
 
+def _relabellings(study: shapes.StudySummary) -> str:
+    """What the count of relabellings leaves unsaid: fewer than the kit draws (a study this large bounds its report's
+    cost), every distinct one for rows with fewer (the exact test)."""
+    count = study["family"]["permutations"]
+    out = ""
+    if count < lossless.PERMUTATIONS:
+        out += (f", fewer than the {fm.count(lossless.PERMUTATIONS)} the kit draws for a smaller study: this one's "
+                f"size bounds the report's cost, and no p-value is below 1/{fm.count(count + 1)}")
+    if any(math.comb(r["samples"] + r["reference_samples"], r["samples"]) <= count + 1 for r in study["rows"]
+           if r["tests"]):
+        out += "; every distinct relabelling where a row has fewer (the exact test)"
+    return out
+
+
 def compare_lines(result: shapes.StudyComparison | None) -> list[str]:
     """`invoke compare`: the two runs' distribution verdicts; each changed verdict named."""
     if result is None:
         return []
     if result["only"]:
         return [f"lossless in distribution: only {result['only']} drew a sampling study"]
+    missing = result.get("missing") or []
     head = (f"lossless in distribution (A at {_setting(result['settings_a'])}, B at "
             f"{_setting(result['settings_b'])}): {result['same']} of {result['same'] + result['changed']} verdicts "
-            "the same" + ("" if result["changed"] else ", none changed"))
+            "the same" + ("" if result["changed"] else ", none changed")
+            + (f"; {len(missing)} row{'s' if len(missing) > 1 else ''} only one run has, not compared"
+               if missing else ""))
     return [head] + [f"  changed: {fm.console(r['arm'], 200)} / {fm.console(r['task'], 100)}: A {r['a']} -> B "
-                     f"{r['b']} (p {fm.pvalue(r['p_adjusted_b'])})" for r in result["rows"] if r["changed"]]
+                     f"{r['b']} (p {fm.pvalue(r['p_adjusted_b'])})" for r in result["rows"] if r["changed"]] + [
+        f"  only in {r['side']}: {fm.console(r['arm'], 200)} / {fm.console(r['task'], 100)} / "
+        f"{fm.console(r['prompt'], 100)} ({fm.console(r['verdict'], 100)})" for r in missing]

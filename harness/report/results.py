@@ -14,25 +14,32 @@ from tabulate import tabulate
 
 from harness import LABEL_PREFIX, KitError, schema
 from harness import formatter as fm
-from harness.analysis import builds, explanation, stats, tuning
+from harness.analysis import breakeven, builds, explanation, stats, tuning
 from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_text
+from harness.report import breakeven as breakeven_report
 from harness.report import builds as builds_report
 from harness.report import categories as categories_report
 from harness.report import compare as compare_words
+from harness.report import dimensions as dimensions_report
 from harness.report import explanation as why_report
+from harness.report import headline, intervals, plotting
+from harness.report import load as load_report
 from harness.report import lossless as lossless_report
-from harness.report import plotting
 from harness.report import tuning as tuning_report
 from harness.store import shapes
-from harness.store.rundir import RunDir
+from harness.store.rundir import RunDir, read_run_json
 from harness.store.runmeta import RunMeta
 
 CAVEAT = ("Acceptance is not comparable across drafter architectures: a sequential drafter (draft-simple) and a "
           "block drafter (DFlash, DSpark) accept different amounts per pass. Compare wall-clock tok/s.")
+
+
+TORN_SAMPLES = ("the last line of samples.jsonl was cut short (a crash mid-write): that batch of the sampling study "
+                "is not counted")
 
 
 def latest_run(results_dir: Path) -> Path:
@@ -42,10 +49,12 @@ def latest_run(results_dir: Path) -> Path:
         for p in results_dir.iterdir():
             f = p / "run.json"
             if f.is_file():
-                try:
-                    runs.append((str(json.loads(f.read_text()).get("created_at", "")), p.name, p))
-                except (json.JSONDecodeError, UnicodeDecodeError, OSError, AttributeError):
+                try:  # bounded as every reader of a run folder is (a forged run.json may sit beside the others)
+                    obj = read_run_json(f)
+                except KitError:
                     continue
+                if isinstance(obj, dict):
+                    runs.append((str(obj.get("created_at", ""))[:64], p.name, p))
     if not runs:
         raise KitError(f"no run folders under {results_dir}; run `invoke run` first or name one")
     return max(runs)[2]
@@ -149,6 +158,9 @@ def _header(summary: shapes.Summary, meta: RunMeta) -> str:
     unconfirmed = _unconfirmed(meta)
     if unconfirmed:
         rows.insert(2, ("plan", unconfirmed))
+    reach = summary.get("reproduction_reach")
+    if reach:
+        rows.append(("reproduction", fm.md(reach["sentence"][0].upper() + reach["sentence"][1:], 1000)))
     qw = summary.get("quiet_wait")
     if qw:
         rows.insert(rows.index(next(r for r in rows if r[0] == "protocol")) + 1, ("quiet wait", _quiet_wait(qw)))
@@ -217,7 +229,7 @@ def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdic
         return f"{fm.ratio(estimate)} ? too few rounds ({(iv or {}).get('n', 0)})"
     mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {mark}".rstrip()
+    return f"{fm.ratio(estimate)}{span} {mark}".rstrip() + intervals.family_span(iv, verdict)
 
 
 def _speedups(v: View) -> str:
@@ -441,9 +453,13 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
-    parts = [f"## Run {fm.md(summary['run_id'])}", "", _header(summary, meta), ""]
+    parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta), ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
-        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts))
+        return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts,
+                                                                builds.measured_on(builds.build_names(meta)))
+                         + ([f"- {TORN_SAMPLES}", ""] if summary["measurements"].get("torn_samples_line") else []))
+    if not summary["measurements"]["planned"]:  # a load study measured alone: its section follows (write)
+        return "\n".join(parts)
     if summary["protocol"] == "reuse-server":
         parts += ["> ⚠ **Naive protocol.** This run reused one server per strategy, so n-gram tables and caches "
                   "carried over from one request to the next. Its figures show the artefact the default "
@@ -451,8 +467,12 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     views = [(name, View(sub)) for name, sub in builds_report.by_build(summary)]  # one per build
     throughput = [(name, _throughput(bv)) for name, bv in views]
     notes = [n for _, (_, ns) in throughput for n in ns]
+    fam = summary["family"]
+    braced = intervals.braces([(c.get("speedup_interval"), c.get("verdict")) for c in summary["cells"]]
+                    + [(g["interval"], g["verdict"]) for g in summary.get("geomeans", [])])
     parts += ["### Speedup (paired by round; 95% interval; ▲ faster ▼ slower ≈ equivalent · not significant)", "",
-              _family(summary["family"]) + builds_report.family_note(summary), ""]
+              _family(fam) + builds_report.family_note(summary)
+              + (" " + intervals.family_note(fam["tests"], fam["alpha"]) if braced and fam["tests"] else ""), ""]
     for name, bv in views:
         parts += builds_report.heading(summary, name) + [_speedups(bv), ""]
     parts += [f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
@@ -504,8 +524,10 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
               "steps per pass), read from the GGUF headers; implied passes/s = tok/s / tokens per pass. A figure "
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
               _physics(v), ""]
+    parts += breakeven_report.section(summary)  # the ceiling at full acceptance, beside the roofline
     parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
-    parts += lossless_report.section(summary.get("distribution"), v.several_hosts)
+    parts += lossless_report.section(summary.get("distribution"), v.several_hosts,
+                                     builds.measured_on(builds.build_names(meta)))
     conc = _concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
@@ -515,13 +537,16 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
                   "Layers offloaded of the model's (target, then drafter), and the device buffers llama-server "
                   "allocated (model, KV cache, compute) in MiB.", "", dev, ""]
     parts += ["### Prefill, time to first token, load, memory (medians)", "", _latency(v), ""]
-    if summary["missing"] or summary["measurements"].get("torn_last_line"):
+    torn = summary["measurements"].get("torn_samples_line")
+    if summary["missing"] or summary["measurements"].get("torn_last_line") or torn:
         parts += ["### Missing cells", ""]
         parts += [f"- {v.label(m['host'], m['strategy'])} / {fm.md(m['task'])}: {m['recorded']} of {m['expected']} "
                   "runs recorded" for m in summary["missing"]]
         if summary["measurements"].get("torn_last_line"):
             parts.append("- the last line of measurements.jsonl was cut short (a crash mid-write): that measurement "
                          "is not counted")
+        if torn:
+            parts.append(f"- {TORN_SAMPLES}")
         parts.append("")
     return "\n".join(parts)
 
@@ -602,6 +627,23 @@ def _draw(plt: Any, v: View, cols: list[tuple[str, str]], summary: shapes.Summar
     return plotting.save(plt, fig, path)
 
 
+def reach_text(run_dir: Path) -> str:
+    """How well a reproduction of the run can confirm it (summary.json's `reproduction_reach`, as `write` left it
+    in the run folder), '' without one."""
+    summary = json.loads((RunDir.open(run_dir).path / "summary.json").read_text(encoding="utf-8"))
+    reach = summary.get("reproduction_reach")
+    return f"reproduction: {reach['sentence']}" if reach else ""
+
+
+def headlines(run_dirs: list[Path]) -> str:
+    """What each run says (harness/report/headline.py), from the summary.json `write` left in its folder."""
+    out = []
+    for d in run_dirs:
+        text = headline.terminal(json.loads((RunDir.open(d).path / "summary.json").read_text(encoding="utf-8")))
+        out += [text, ""] if text else []
+    return "\n".join(out).rstrip()
+
+
 def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
           comparison: cmp.Comparison | None = None) -> list[Path]:
     """Write summary.json (+ plot.png) in each run folder and one Markdown report for all of them."""
@@ -622,15 +664,17 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
             written.append(png)
         extra = tuning_report.write_plots(summary, rd.path) if plot else {}
         why = why_report.write_plots(summary, rd.path, list(summaries.values())) if plot else {}
-        written += [*extra.values(), *why.values()]
+        dims = dimensions_report.write_plots(summary, rd.path) if plot else {}
+        written += [*extra.values(), *why.values(), *dims.values()]
         sections.append(render_run(rd, summary, out_path, png, why_report.image(why, "positions", out_path,
                                                                                 "acceptance by draft position"))
                         + tuning_report.section(summary, out_path, extra)
+                        + dimensions_report.section(summary, out_path, dims)
                         + why_report.section(summary, out_path, why, list(summaries.values()))
-                        + completion_text(summary))
+                        + completion_text(summary) + load_report.section(rd.path, out_path, plot))
         names.append(summary["manifest"]["name"])
-    parity = why_report.parity_section(explanation.report_parity(
-        [(rd.read_meta(), CellIndex(rd.measurements())) for rd in map(RunDir.open, run_dirs)]))
+    real = [breakeven.split(rd.read_meta(), rd.measurements()) for rd in map(RunDir.open, run_dirs)]
+    parity = why_report.parity_section(explanation.report_parity([(m, CellIndex(r)) for m, r in real]))
     sections += [parity] if parity else []
     if comparison is not None:
         sections.append("\n".join([f"## Comparison: {fm.md(comparison.a.run_id)} (A) vs "

@@ -23,6 +23,7 @@ import numpy as np
 from harness import formatter as fm
 from harness.hosts.engine import Endpoint
 from harness.intake.manifest import Manifest, Task
+from harness.run import filler
 from harness.run.interference import Watched, Window
 from harness.store import result
 
@@ -310,7 +311,15 @@ def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str 
                 window: Callable[[], AbstractContextManager[Watched]] | None = None) -> result.RequestPart:
     """The timed request (and for the baseline, the untimed probability request) against a ready server.
     With parallel > 1, that many identical requests run at once and the aggregate is recorded too. `window`
-    wraps the timed request alone (the interference measurement); what it yields goes into `interference`."""
+    wraps the timed request alone (the interference measurement); what it yields goes into `interference`.
+    A task with a depth reads a filler of that many tokens before its prompt (harness/run/filler.py, untimed)."""
+    context = None
+    if task.depth:
+        try:
+            text, n = filler.prefix(endpoint, task.depth, manifest.request_timeout_s, post_json)
+        except ValueError as e:
+            raise MeasurementFailed(f"filler: {e}", phase="template") from None
+        prompt, context = filler.with_prompt(text, prompt), filler.context_record(task.depth, n, text)
     rendered = render_prompt(endpoint, manifest, prompt)
     concurrency = None
     observed = Watched()
@@ -329,6 +338,8 @@ def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str 
         out["interference"] = observed.window.as_dict()
     if concurrency is not None:
         out["concurrency"] = concurrency
+    if context is not None:
+        out["context"] = context
     if with_probs:
         out["probs"] = token_probs(endpoint, request_body(manifest, task, rendered, stream=False, n_probs=2),
                                    manifest.request_timeout_s)

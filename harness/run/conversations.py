@@ -23,7 +23,7 @@ from harness.run.client import MeasurementFailed, post_json, render_prompt, requ
 from harness.run.plan import Plan
 from harness.run.protocol import Context
 from harness.run.server import Server, labels_for
-from harness.store import answers as store
+from harness.store import answers
 from harness.store.rundir import RunDir
 
 Conversations = dict[tuple[str, str], list[dict[str, str]]]
@@ -77,8 +77,8 @@ def prepare(ctx: Context, engine: Engine, plan: Plan, rd: RunDir, log: Callable[
         return {}
     meta = rd.read_meta()
     if meta.answers is not None:
-        said = _indexed(store.read(rd.path, meta.answers), rd)
-        log(f"run {rd.run_id}: the later turns follow the {len(said)} answers made before ({store.ANSWERS_FILE}, "
+        said = _indexed(answers.read(rd.path, meta.answers), rd)
+        log(f"run {rd.run_id}: the later turns follow the {len(said)} answers made before ({answers.ANSWERS_FILE}, "
             f"sha256 {meta.answers['sha256'][:12]})")
     else:
         said = generate(ctx, engine, plan, wanted, rd, log)
@@ -89,27 +89,27 @@ def prepare(ctx: Context, engine: Engine, plan: Plan, rd: RunDir, log: Callable[
         for k in range(1, turn):
             a = said.get((base, key[1], k))
             messages_k = conversation(q, k, got)
-            if a is None or a["asked_sha256"] != store.conversation_sha256(messages_k):
-                raise KitError(f"{display_path(rd.path / store.ANSWERS_FILE)}: no answer to turn {k} of {key[0]} "
+            if a is None or a["asked_sha256"] != answers.conversation_sha256(messages_k):
+                raise KitError(f"{display_path(rd.path / answers.ANSWERS_FILE)}: no answer to turn {k} of {key[0]} "
                                f"{key[1]} as the manifest asks it; the later turns cannot be sent as they were")
             got[k] = a["text"]
         out[key] = conversation(q, turn, got)
     return out
 
 
-def _indexed(obj: store.AnswersJson, rd: RunDir) -> dict[tuple[str, str, int], store.Answer]:
+def _indexed(obj: answers.AnswersJson, rd: RunDir) -> dict[tuple[str, str, int], answers.Answer]:
     out = {}
     for i, a in enumerate(obj["answers"]):
         key = (a["task"], a["prompt"], a["turn"])
         if key in out:
-            raise KitError(f"{display_path(rd.path / store.ANSWERS_FILE)}: answers[{i}]: a second answer to turn "
+            raise KitError(f"{display_path(rd.path / answers.ANSWERS_FILE)}: answers[{i}]: a second answer to turn "
                            f"{a['turn']} of {fm.console(a['task'], 80)} {fm.console(a['prompt'], 70)}")
         out[key] = a
     return out
 
 
 def generate(ctx: Context, engine: Engine, plan: Plan, wanted: dict[tuple[str, str], tuple[int, suites.Question]],
-             rd: RunDir, log: Callable[[str], None]) -> dict[tuple[str, str, int], store.Answer]:
+             rd: RunDir, log: Callable[[str], None]) -> dict[tuple[str, str, int], answers.Answer]:
     """The answers the later turns need, made in one fresh baseline container, written and recorded in run.json."""
     m = ctx.manifest
     s = baseline_of(ctx, plan)
@@ -124,7 +124,7 @@ def generate(ctx: Context, engine: Engine, plan: Plan, wanted: dict[tuple[str, s
         "(untimed), before the timed rounds")
     server = Server(engine, m, s, ctx.paths_by_host[engine.name], ctx.image_for(s), ctx.access_on(engine),
                     labels_for(ctx.run_id, s, None, None))
-    made: list[store.Answer] = []
+    made: list[answers.Answer] = []
     try:
         with server:
             for (base, prompt_id), (turn, q) in need.items():
@@ -136,23 +136,23 @@ def generate(ctx: Context, engine: Engine, plan: Plan, wanted: dict[tuple[str, s
                     body["temperature"] = 0.0
                     body.pop("top_k", None)
                     text = post_json(server.endpoint, "/completion", body, m.request_timeout_s, "answer").get("content")
-                    if not isinstance(text, str) or len(text) > store.MAX_ANSWER_CHARS:
+                    if not isinstance(text, str) or len(text) > answers.MAX_ANSWER_CHARS:
                         raise MeasurementFailed(f"/completion answered turn {k} of {base} {prompt_id} without a "
-                                                f"text of at most {fm.count(store.MAX_ANSWER_CHARS)} characters",
+                                                f"text of at most {fm.count(answers.MAX_ANSWER_CHARS)} characters",
                                                 phase="answer")
                     got[k] = text
                     made.append({"task": base, "prompt": prompt_id, "turn": k,
-                                 "asked_sha256": store.conversation_sha256(messages), "text": text})
+                                 "asked_sha256": answers.conversation_sha256(messages), "text": text})
     except MeasurementFailed as e:
         if server.container is not None:
             engine.remove(server.container)
         raise KitError(f"run {rd.run_id}: the answers to the earlier turns could not be made on {engine.name} "
                        f"({e.reason}); nothing was measured: run again, or resume with `invoke run --resume "
                        f"{rd.run_id}`") from None
-    obj: store.AnswersJson = {"format_version": 1, "run_id": rd.run_id, "strategy": s.id, "model": s.model,
+    obj: answers.AnswersJson = {"format_version": 1, "run_id": rd.run_id, "strategy": s.id, "model": s.model,
                               "temperature": 0.0, "seed": m.sampling.seed,
                               "n_predict": max(n_predict.values(), default=1), "generated_at": now_iso(),
                               "answers": made}
-    recorded = store.write(rd.path, obj)
+    recorded = answers.write(rd.path, obj)
     rd.update_meta(answers=dict(recorded))
     return {(a["task"], a["prompt"], a["turn"]): a for a in made}

@@ -67,7 +67,7 @@ def for_run(run_id: str, manifest: Manifest, plan: Plan, protocol: str, build: B
     # a suite's question is named by its file and question_id (harness/intake/suites.py), a prompt file by its path
     tasks = [TaskMeta(t.id, t.n_predict, tuple(PromptMeta(p.id, p.source or p.path.relative_to(folder).as_posix(),
                                                           p.sha256 or file_sha256(p.path)) for p in t.prompts),
-                      t.perturbation) for t in manifest.tasks]
+                      t.perturbation, t.depth, t.dims) for t in manifest.tasks]
     return RunMeta(
         run_id=run_id, created_at=now_iso(), status="running", protocol=protocol, kit_version=__version__,
         manifest=ManifestMeta(manifest.name, recorded_path(manifest.path), manifest.sha256, manifest.text),

@@ -13,6 +13,7 @@ from harness import formatter as fm
 from harness.files import display_path
 from harness.formatter import size
 from harness.image import backends, source
+from harness.intake import load as load_block
 from harness.intake import spec_types
 from harness.intake.manifest import Manifest, Prompt, Strategy, Task, check_model_files, unpinned
 from harness.intake.trust import untrusted_fields
@@ -309,6 +310,7 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False, results_d
              f"{unchecked}",
              f"plan: {plan.describe()}, one fresh container each", *sweep_lines(manifest, plan),
              *([drawn.describe()] if drawn else []),
+             *(load_block.describe(manifest.load) if manifest.load else []),
              f"hardware: {hw.name}, {fm.plain(hw.memory_bandwidth_gbs)} GB/s ({hw.bandwidth_source})",
              f"build: {backends.get(manifest.build.backend).describe(manifest.build.cuda_architectures)}"
              + (f"; {len(manifest.builds)} builds of llama.cpp, each strategy on its own (below), measured in the "
@@ -324,10 +326,11 @@ def render(manifest: Manifest, models_dir: Path, strict: bool = False, results_d
         extra += f" build={s.build}" if s.build and f"build={s.build}]" not in s.id else ""
         base = manifest.baseline_for(s)
         vs = f" (vs {base.id})" if base is not None and base.id != s.id else ""
+        vs += ", synthetic acceptance (benchmarking only)" if s.synthetic else ""
         args = f" {' '.join(s.args)}" if s.args else ""
         lines.append(f"  {s.id:{width}} --spec-type {s.spec_type}{extra}{args}{vs}")
-    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", {len(t.prompts)} prompts)"
-                                                                   if len(t.prompts) > 1 else ")")
+    lines.append("tasks: " + ", ".join(f"{t.id} ({t.n_predict}" + (f", depth {t.depth}" if t.depth else "")
+                                       + (f", {len(t.prompts)} prompts)" if len(t.prompts) > 1 else ")")
                                        for t in manifest.tasks))
     if manifest.suites:
         lines += suite_plan.lines(manifest, [it.cell.task.id for it in plan.items], models_dir, results_dir)

@@ -18,7 +18,7 @@ from harness.hosts import environment
 from harness.hosts.devices import Access, access_from_nodes
 from harness.hosts.engine import Engine
 from harness.image import backends
-from harness.run import builds, interference, serverlog
+from harness.run import builds, interference, metrics, serverlog
 from harness.run.client import MeasurementFailed, run_request
 from harness.run.plan import Planned
 from harness.run.server import Server, labels_for
@@ -83,8 +83,10 @@ def set_failure(rec: result.ResultRecord, e: MeasurementFailed) -> None:
 
 def request_into(rec: result.ResultRecord, ctx: Context, engine: Engine, server: Server, item: Planned) -> None:
     """The timed request against a ready server, its figures into the record (with the interference other work
-    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail."""
+    caused during it), after the run's quiet wait; a failure says whether the server died, with its log tail.
+    A speculative server's counters are read before and after it, outside the timed window (`spec_counters`)."""
     s, t, p = item.cell.strategy, item.cell.task, item.cell.prompt
+    before = metrics.scrape(server.endpoint, engine.transient_errors) if s.speculative else None
     if ctx.quiet_wait_s > 0:
         rec.setdefault("quiet", {})["wait"] = interference.wait_quiet(engine, server.container, ctx.quiet_wait_s)
     try:
@@ -97,6 +99,9 @@ def request_into(rec: result.ResultRecord, ctx: Context, engine: Engine, server:
             rec["interference"] = e.interference.as_dict()  # a failure while other work ran may be the host's: retaken
         f = server.check_alive(e.reason)
         raise MeasurementFailed(f.reason, f.log_tail, e.phase) from None
+    if before is not None:
+        rec["spec_counters"] = metrics.request_counters(before, metrics.scrape(server.endpoint,
+                                                                               engine.transient_errors))
 
 
 def server_statistics(server: Server, item: Planned, seen: set[int]) -> result.ServerLogFacts:
@@ -113,6 +118,9 @@ def server_statistics(server: Server, item: Planned, seen: set[int]) -> result.S
         if not late or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    if parsed.malformed is not None:  # figures from a line the kit cannot read are none: the measurement fails
+        raise MeasurementFailed(f"server log: a line the kit cannot read: {parsed.malformed}",
+                                server.log(tail=SERVER_LOG_LINES), phase="request")
     out = parsed.speculation()
     calls = serverlog.draft_calls(parsed, seen)
     seen.update(parsed.calls, parsed.task_accepted)
@@ -126,7 +134,12 @@ def device_use(ctx: Context, server: Server) -> result.DeviceLoad | None:
     the device memory its buffers take (harness/run/serverlog.py). The load lines come first: the whole log."""
     if not backends.get(ctx.backend).gpu:
         return None
-    return serverlog.devices(server.log(tail="all"))
+    malformed: list[str] = []
+    used = serverlog.devices(server.log(tail="all"), malformed)
+    if malformed:
+        raise MeasurementFailed(f"server log: a load line the kit cannot read: {malformed[0]}",
+                                server.log(tail=SERVER_LOG_LINES), phase="load")
+    return used
 
 
 def quiet(ctx: Context, engine: Engine) -> result.Quiet:

@@ -20,12 +20,14 @@ from harness.files import display_path, now_iso
 from harness.hosts import devices, environment
 from harness.hosts.engine import Engine, LocalEngine
 from harness.image import backends, build, images, source
+from harness.intake import load as load_block
 from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
 from harness.models import gguf_facts, preflight
 from harness.models.ensure import ensure
 from harness.run import bandwidth, conversations, metadata, sampling, study
 from harness.run import builds as per_build
+from harness.run import load as load_run
 from harness.run.doctor import require_ready
 from harness.run.executor import Executor
 from harness.run.plan import Plan, confirm_rounds, make_plan, select
@@ -71,6 +73,10 @@ def _resume(results_dir: Path, resume: str, manifest: mf.Manifest, runs: int | N
                            f"its planned runs cannot grow; start a new run with --runs {runs}")
         changes["runs"] = runs
     if retakes is not None and retakes != p.retake_cap:
+        made = sum(1 for r in rd.measurements() if r.get("retake_of") is not None)
+        if retakes < made:
+            raise KitError(f"--retakes {retakes}: run {rd.run_id} has made {made} retakes already, and they count "
+                           "against the cap; give at least that many")
         changes["retake_cap"] = retakes
     if quiet_wait is not None and quiet_wait != p.quiet_wait_s:
         changes["quiet_wait_s"] = quiet_wait
@@ -126,8 +132,10 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         engines: list[Engine] | None = None, log: Callable[[str], None] = print, until: float | None = None,
         max_rounds: int | None = None, aa_control: bool = False, build_missing: bool = True,
         retakes: int | None = None, extend: Extender | None = None, quiet_wait: float | None = None,
-        distribution: int | None = None) -> str:
-    """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are.
+        distribution: int | None = None, said: Callable[[Path], str] | None = None,
+        load: bool = False) -> str:
+    """Run (or resume) a trusted manifest's matrix; return a one-paragraph summary of where the results are, and
+    after it what `said` makes of the run folder (the caller's headline: tasks.py passes harness/report's).
 
     The image is found on each engine by its identity; where it is missing it is built first, unless
     `build_missing` is off. With `until` (a relative half-width such as 0.05), rounds of the cells whose speedup
@@ -141,7 +149,9 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
     `quiet_wait` (seconds) waits before each timed request until other work on the host is below the disturbance
     threshold, at most that long. A resumed run keeps its plan; `runs`, `retakes` and `quiet_wait` given with it
     change it (more rounds, a new cap, a new wait: `_resume`). The image runs code from the manifest's source: the
-    task decided once whether it may (harness/intake/trust.py), before any engine was reached."""
+    task decided once whether it may (harness/intake/trust.py), before any engine was reached.
+    `load` measures the manifest's load study alone (harness/run/load.py) into the run folder's load.jsonl; a
+    resumed run of 0 runs without a sampling study is one, and measures the levels it lacks."""
     manifest = trusted.manifest
     meta = None
     changes: PlanChanges = {}
@@ -159,12 +169,16 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         until, max_rounds, aa_control = p.until, p.max_rounds, p.aa_control
         records = meta.build_records()
         settings, alone = (study.from_meta(p.distribution) if p.distribution else None), p.runs == 0
+        load = p.runs == 0 and not p.distribution and manifest.load is not None
     else:
         settings, alone = study.settings(manifest, distribution), bool(distribution)
     engines = engines or [LocalEngine()]
     adding = until is not None or extend is not None  # rounds after the planned ones count against the cap too
-    plan, drawn = _plans(manifest, [e.name for e in engines], settings, alone, strategies, tasks, runs, seed,
-                         aa_control, retakes, (max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
+    if load:
+        plan, drawn = _load_plan(manifest, engines, seed, until, reuse_server, aa_control, quiet_wait, distribution)
+    else:
+        plan, drawn = _plans(manifest, [e.name for e in engines], settings, alone, strategies, tasks, runs, seed,
+                             aa_control, retakes, (max_rounds or DEFAULT_MAX_ROUNDS) if adding else None)
     if alone and (until is not None or reuse_server or aa_control or quiet_wait):
         raise KitError("--distribution N draws the sampling study alone: --until, --reuse-server, --aa-control and "
                        "--quiet-wait concern timed rounds, which it has none of")
@@ -201,8 +215,10 @@ def run(trusted: Trusted, *, results_dir: Path, models_dir: Path, resume: str | 
         _say_changes(rd, meta, changes, plan, log)
     if extend is None and until is not None:
         extend = converge(until)
-    return _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
-                    {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn)
+    out = _execute(manifest, plan, engines, rd, protocol, records, paths_by_host, log, progress,
+                   {h: s.access for h, s in setups.items()}, extend, max_rounds or DEFAULT_MAX_ROUNDS, drawn, load)
+    told = said(rd.path) if said is not None else ""
+    return out + (f"\n\n{told}" if told else "")
 
 
 def _plans(manifest: mf.Manifest, hosts: list[str], settings: mf.Distribution | None, alone: bool,
@@ -229,6 +245,25 @@ def _plans(manifest: mf.Manifest, hosts: list[str], settings: mf.Distribution | 
     tids = {t.id for t, _ in drawn.prompts}
     return Plan([s for s in manifest.strategies if s.id in sids], [t for t in manifest.tasks if t.id in tids], 0,
                 seed, hosts), drawn
+
+
+def _load_plan(manifest: mf.Manifest, engines: list[Engine], seed: int | None, until: float | None,
+               reuse_server: bool, aa_control: bool, quiet_wait: float | None,
+               distribution: int | None) -> tuple[Plan, None]:
+    """The plan of a run of the load study alone: no timed measurement (0 runs), the study's strategies and
+    tasks; the flags that concern timed rounds or several hosts are refused in one line."""
+    ls = manifest.load
+    if ls is None:
+        raise KitError(f"{display_path(manifest.path)}: --load: the manifest has no `load:` block")
+    if until is not None or reuse_server or aa_control or quiet_wait or distribution:
+        raise KitError("--load measures the load study alone: --until, --reuse-server, --aa-control, --quiet-wait "
+                       "and --distribution concern timed rounds or the sampling study, which it has none of")
+    if len(engines) > 1:
+        raise KitError(f"--load measures on one host ({len(engines)} given): a level's servers share its machine")
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    tids = {t for t, _ in ls.prompts}
+    return Plan([s for s in manifest.strategies if s.id in ls.strategies], [t for t in manifest.tasks if t.id in tids],
+                0, seed, [engines[0].name]), None
 
 
 def _check_flags(until: float | None, retakes: int | None, quiet_wait: float | None) -> None:
@@ -347,7 +382,8 @@ def check_model_files(plan: Plan, engines: list[Engine], paths_by_host: dict[str
 def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDir, protocol: MeasurementProtocol,
              records: dict[str | None, BuildRecord], paths_by_host: dict[str, dict[str, Path]],
              log: Callable[[str], None], progress: bool, access: dict[str, devices.Access],
-             extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None) -> str:
+             extend: Extender | None = None, cap: int = DEFAULT_MAX_ROUNDS, drawn: study.Study | None = None,
+             load: bool = False) -> str:
     record = next(iter(records.values()))
     meta = rd.read_meta()
     ctx = Context(rd.run_id, manifest, record.tag, record.backend, paths_by_host, lambda e, w: None,
@@ -355,7 +391,10 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
     proto = "NAIVE reuse-server protocol (caches carry over)" if protocol.name == "reuse-server" \
         else "one fresh container each"
     wait = f"; waiting up to {fm.plain(ctx.quiet_wait_s)} s for a quiet host before each" if ctx.quiet_wait_s else ""
-    if plan.items or drawn is None:
+    if load:
+        lines = load_block.describe(manifest.load)
+        log(f"run {rd.run_id}: the load study alone; {lines[0]}; {lines[-1].strip()}")
+    elif plan.items or drawn is None:
         log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
     if drawn is not None:
         log(f"run {rd.run_id}: {drawn.describe()}; shuffle seed {plan.shuffle_seed}")
@@ -376,6 +415,7 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
         if meta.plan.confirm_rounds and plan.sweeps() and not confirmed:
             _confirm(plan, executor, rd, counts, log)
         sampled = _draw(ctx, engines, drawn, rd, log, progress) if drawn is not None else ""
+        sampled += _load(ctx, engines[0], rd, log) if load else ""
     except KeyboardInterrupt:
         raise KitError(f"interrupted; finished measurements are saved in {rd.path}; "
                        f"resume with `invoke run --resume {rd.run_id}`") from None
@@ -400,6 +440,22 @@ def _draw(ctx: Context, engines: list[Engine], drawn: study.Study, rd: RunDir, l
         raise
     rd.update_meta(status="complete")
     return (f"; sampling study: {c['ok']} batches ({c['samples']} samples) drawn, {c['failed']} failed"
+            + (f", {c['skipped']} already recorded" if c["skipped"] else ""))
+
+
+def _load(ctx: Context, engine: Engine, rd: RunDir, log: Callable[[str], None]) -> str:
+    """The load study after the (empty) timed rounds, the run's status kept true while it measures; what it
+    measured, in words for the run's last line."""
+    rd.update_meta(status="running")
+    try:
+        c = load_run.draw(ctx, engine, rd, log)
+    except BaseException:
+        meta = rd.read_meta()
+        rd.update_meta(status="interrupted", interruptions=[*meta.interruptions, runmeta.Interruption(
+            now_iso(), len(rd.done_ids()))])
+        raise
+    rd.update_meta(status="complete")
+    return (f"; load study: {c['ok']} levels measured, {c['failed']} failed"
             + (f", {c['skipped']} already recorded" if c["skipped"] else ""))
 
 

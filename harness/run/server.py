@@ -29,6 +29,9 @@ GPU_LOG_FLAGS = ["-lv", "4"]
 #: what acceptance by draft position is counted from (harness/run/serverlog.py). One line per target pass at most;
 #: it also lists each tensor once at load, before anything is timed.
 TRACE_ENV = (("LLAMA_TRACE", "1"),)
+#: Speculative servers serve their own counters (drafts, drafted, accepted, accepted per position) at GET /metrics,
+#: read before and after the timed request (harness/run/metrics.py); off by default in llama-server.
+METRICS_FLAGS = ["--metrics"]
 HEALTH_POLL_S = 0.02
 LOG_TAIL_LINES = 40
 #: After a failed request, how long to wait for a dying container to be reported exited.
@@ -79,6 +82,9 @@ def server_spec(manifest: Manifest, strategy: Strategy, model_paths: dict[str, P
     cmd = server_command(manifest, strategy, model_paths, port)
     if strategy.speculative:
         access = dataclasses.replace(access, environment=access.environment + TRACE_ENV)
+        if not any(flags.option(a) == "--metrics" for a in cmd):
+            at = cmd.index("--host")
+            cmd = cmd[:at] + METRICS_FLAGS + cmd[at:]
     if backends.get(access.backend).gpu:
         at = cmd.index("--host")
         cmd = cmd[:at] + GPU_LOG_FLAGS + cmd[at:]

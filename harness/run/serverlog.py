@@ -35,6 +35,7 @@ each device (model, KV cache, recurrent state, compute), in load order: the targ
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,17 +72,44 @@ _BUFFER = re.compile(r"^\s*\w+:\s+(\S+) (model|KV|RS|compute) buffer size =\s*([
 _HOST_BUFFER = re.compile(r"^CPU|_Host$")
 
 
+#: What a record keeps of the implementations the log names and their parameters (schemas/result.schema.json).
+MAX_NAMES, MAX_PARAMS, MAX_NAME, MAX_VALUE = 64, 256, 64, 256
+
+
 def _number(s: str) -> int | float | str:
+    if len(s) > MAX_VALUE:
+        raise ValueError(f"a parameter value of {len(s)} characters")
     for cast in (int, float):
         try:
-            return cast(s)
+            x = cast(s)
+            return x if math.isfinite(x) else s
         except ValueError:
             pass
     return s
 
 
+def _float(s: str) -> float:
+    """A non-negative, finite number of the log; ValueError otherwise."""
+    x = float(s)
+    if not 0 <= x < math.inf:
+        raise ValueError(f"{s!r} is not a non-negative finite number")
+    return x
+
+
+def _share(s: str) -> float:
+    """A share of the log (an acceptance rate): within [0, 1]; ValueError otherwise."""
+    x = float(s)
+    if not 0 <= x <= 1:
+        raise ValueError(f"{s!r} is not within [0, 1]")
+    return x
+
+
 def _floats(s: str) -> list[float]:
-    return [float(x) for x in s.split(",") if x.strip()]
+    """A list of shares (acceptance by position), at most MAX_DRAFT; ValueError otherwise."""
+    parts = [x for x in s.split(",") if x.strip()]
+    if len(parts) > MAX_DRAFT:
+        raise ValueError(f"{len(parts)} positions, more than {MAX_DRAFT}")
+    return [_share(x) for x in parts]
 
 
 def failure(lines: list[str]) -> tuple[str | None, str | None]:
@@ -110,7 +138,7 @@ def failure(lines: list[str]) -> tuple[str | None, str | None]:
     return generic, None
 
 
-def devices(log: str | bytes) -> result.DeviceLoad | None:
+def devices(log: str | bytes, malformed: list[str] | None = None) -> result.DeviceLoad | None:
     """What the server's load lines say about devices (see the module docstring), or None when they name no device
     (a CPU build, or a log that lost its first lines).
 
@@ -120,27 +148,35 @@ def devices(log: str | bytes) -> result.DeviceLoad | None:
     models: list[result.LoadedModel] = []
     on_device: dict[str, dict[str, float]] = {}
     for raw in text.splitlines():
-        line = _PREFIX.sub("", raw)
-        m = _USING.search(line)
-        if m:
-            models.append({"device": m.group(1), "description": m.group(2), "free_mib": int(m.group(4)),
-                           "layers_offloaded": None, "layers": None, "buffers_mib": {}})
-            continue
-        m = _OFFLOADED.search(line)
-        if m and models:
-            models[-1]["layers_offloaded"], models[-1]["layers"] = int(m.group(1)), int(m.group(2))
-            continue
-        m = _BUFFER.match(line)
-        if m and not _HOST_BUFFER.search(m.group(1)):
-            name, kind, mib = m.group(1), m.group(2).lower(), float(m.group(3))
-            bucket = on_device.setdefault(name, {})
-            bucket[kind] = round(bucket.get(kind, 0.0) + mib, 2)
-            if models and kind == "model":
-                models[-1]["buffers_mib"][name] = round(models[-1]["buffers_mib"].get(name, 0.0) + mib, 2)
+        try:
+            _device_line(_PREFIX.sub("", raw), models, on_device)
+        except (ValueError, OverflowError) as e:
+            if malformed is not None and not malformed:
+                malformed.append(f"{raw.strip()[:300]} ({e})"[:400])
     if not models:
         return None
     total = round(sum(v for b in on_device.values() for v in b.values()), 2)
     return {"models": models, "device_buffers_mib": on_device, "device_mib": total}
+
+
+def _device_line(line: str, models: list[result.LoadedModel], on_device: dict[str, dict[str, float]]) -> None:
+    """One load line into `models` and `on_device`; ValueError when its numbers cannot be read."""
+    m = _USING.search(line)
+    if m:
+        models.append({"device": m.group(1), "description": m.group(2), "free_mib": int(m.group(4)),
+                       "layers_offloaded": None, "layers": None, "buffers_mib": {}})
+        return
+    m = _OFFLOADED.search(line)
+    if m and models:
+        models[-1]["layers_offloaded"], models[-1]["layers"] = int(m.group(1)), int(m.group(2))
+        return
+    m = _BUFFER.match(line)
+    if m and not _HOST_BUFFER.search(m.group(1)):
+        name, kind, mib = m.group(1), m.group(2).lower(), _float(m.group(3))
+        bucket = on_device.setdefault(name, {})
+        bucket[kind] = round(bucket.get(kind, 0.0) + mib, 2)
+        if models and kind == "model":
+            models[-1]["buffers_mib"][name] = round(models[-1]["buffers_mib"].get(name, 0.0) + mib, 2)
 
 
 @dataclass
@@ -158,6 +194,8 @@ class ServerLog:
     requests: int = 0
     calls: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     task_accepted: dict[int, int] = field(default_factory=dict)
+    #: the first line whose numbers could not be read or lie outside their range (the figures are then not trusted)
+    malformed: str | None = None
 
     def speculation(self) -> result.ServerLogFacts:
         """The fields a measurement record keeps under `server_log` (schemas/result.schema.json)."""
@@ -172,48 +210,62 @@ def parse(log: str | bytes) -> ServerLog:
     out = ServerLog()
     replay: set[int] = set()  # tasks whose next call line is the replay after a restored checkpoint
     out.failure, out.failure_detail = failure(lines)
-    in_impl = False
+    state = {"in_impl": False, "replay": replay}
     for raw in lines:
-        line = _PREFIX.sub("", raw)
-        m = _IMPL.search(line)
-        if m:
-            out.implementations.append(m.group(1))
-            in_impl = True
-            continue
-        if in_impl and re.search(r":\s+- \w+=", line):
-            for k, v in _PARAM.findall(line.split(": -", 1)[1]):
-                out.params[k] = _number(v)
-            continue
-        in_impl = False
-        m = _CALL.search(line)
-        if m:
-            _call(out.calls, replay, int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4)))
-            continue
-        m = _ACCEPTANCE.search(line)
-        if m:
-            out.draft_acceptance = {"rate": float(m.group(1)), "accepted": int(m.group(2)),
-                                    "generated": int(m.group(3)), "mean_len": float(m.group(4))}
-            task = _TASK.search(line)
-            if task:
-                out.task_accepted[int(task.group(1))] = int(m.group(2))
-            continue
-        m = _PER_POS.search(line)
-        if m:
-            out.acc_per_pos = _floats(m.group(1))
-            continue
-        m = _STATS.search(line)
-        if m:
-            out.statistics[m.group(1)] = _statistics(m.groups())
-            continue
-        m = _PROMPT.search(line)
-        if m:
-            out.requests += 1
-            out.timings = {"prompt_ms": float(m.group(1)), "prompt_tokens": int(m.group(2))}
-            continue
-        m = _EVAL.search(line)
-        if m:
-            out.timings.update({"eval_ms": float(m.group(1)), "eval_tokens": int(m.group(2))})
+        try:
+            _line(out, state, _PREFIX.sub("", raw))
+        except (ValueError, IndexError, OverflowError) as e:
+            if out.malformed is None:
+                out.malformed = f"{raw.strip()[:300]} ({e})"[:400]
     return out
+
+
+def _line(out: ServerLog, state: dict[str, Any], line: str) -> None:
+    """One line of the log into `out`; ValueError when its numbers cannot be read or lie outside their range."""
+    m = _IMPL.search(line)
+    if m:
+        if len(m.group(1)) > MAX_NAME or len(out.implementations) >= MAX_NAMES:
+            raise ValueError("more or longer speculative implementations than a server adds")
+        out.implementations.append(m.group(1))
+        state["in_impl"] = True
+        return
+    if state["in_impl"] and re.search(r":\s+- \w+=", line):
+        for k, v in _PARAM.findall(line.partition(": -")[2]):
+            if len(k) > MAX_NAME or (k not in out.params and len(out.params) >= MAX_PARAMS):
+                raise ValueError("more or longer parameters than a server prints")
+            out.params[k] = _number(v)
+        return
+    state["in_impl"] = False
+    m = _CALL.search(line)
+    if m:
+        _call(out.calls, state["replay"], int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4)))
+        return
+    m = _ACCEPTANCE.search(line)
+    if m:
+        out.draft_acceptance = {"rate": _share(m.group(1)), "accepted": int(m.group(2)),
+                                "generated": int(m.group(3)), "mean_len": _float(m.group(4))}
+        task = _TASK.search(line)
+        if task:
+            out.task_accepted[int(task.group(1))] = int(m.group(2))
+        return
+    m = _PER_POS.search(line)
+    if m:
+        out.acc_per_pos = _floats(m.group(1))
+        return
+    m = _STATS.search(line)
+    if m:
+        if len(m.group(1)) > MAX_NAME or (m.group(1) not in out.statistics and len(out.statistics) >= MAX_NAMES):
+            raise ValueError("more or longer statistics lines than a server prints")
+        out.statistics[m.group(1)] = _statistics(m.groups())
+        return
+    m = _PROMPT.search(line)
+    if m:
+        out.requests += 1
+        out.timings = {"prompt_ms": _float(m.group(1)), "prompt_tokens": int(m.group(2))}
+        return
+    m = _EVAL.search(line)
+    if m:
+        out.timings.update({"eval_ms": _float(m.group(1)), "eval_tokens": int(m.group(2))})
 
 
 def _statistics(g: tuple[str | Any, ...]) -> result.Counters:
@@ -222,10 +274,10 @@ def _statistics(g: tuple[str | Any, ...]) -> result.Counters:
         ("calls_begin", "calls_draft", "calls_accept", "gen_drafts", "acc_drafts", "gen_tokens", "acc_tokens"),
         g[1:8], strict=True)}
     if g[8] is not None:
-        s["mean_acc_len"] = float(g[8])
+        s["mean_acc_len"] = _float(g[8])
         s["acc_rate_per_pos"] = _floats(g[9])
     if g[10] is not None:
-        s["dur_ms"] = {"begin": float(g[10]), "draft": float(g[11]), "accept": float(g[12])}
+        s["dur_ms"] = {"begin": _float(g[10]), "draft": _float(g[11]), "accept": _float(g[12])}
     return s
 
 

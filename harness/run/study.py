@@ -20,7 +20,16 @@ from dataclasses import dataclass
 
 from harness import KitError
 from harness import formatter as fm
-from harness.intake.manifest import STUDY_TEMPERATURE, Distribution, Manifest, Prompt, Strategy, Task, study
+from harness.intake.manifest import (
+    MAX_STUDY_SAMPLES,
+    STUDY_TEMPERATURE,
+    Distribution,
+    Manifest,
+    Prompt,
+    Strategy,
+    Task,
+    study,
+)
 from harness.store.runmeta import ArmMeta, StudyMeta
 
 #: What each arm is, in the order a prompt's arms are listed: the strategy, its baseline with the same seeds, the
@@ -150,13 +159,19 @@ def make_study(manifest: Manifest, d: Distribution, hosts: list[str], shuffle_se
     return Study(d, all_arms, chosen, list(hosts), batches)
 
 
+def check_samples(samples: int) -> None:
+    """--distribution N: 0 (no study) or 2 to MAX_STUDY_SAMPLES samples per arm, checked before any engine is asked."""
+    if samples != 0 and not 2 <= samples <= MAX_STUDY_SAMPLES:
+        raise KitError(f"--distribution: expected 2 to {MAX_STUDY_SAMPLES} samples per arm (or 0: no sampling "
+                       f"study), got {samples}")
+
+
 def settings(manifest: Manifest, samples: int | None) -> Distribution | None:
     """The study a new run draws: with `samples` None the manifest's (None without a `distribution:` block); 0:
     none; N: the manifest's, or the default one at temperature 0.8 on every task's first prompt, with N samples."""
     if samples is None or samples == 0:
         return manifest.distribution if samples is None else None
-    if samples < 2:
-        raise KitError(f"--distribution: expected at least 2 samples per arm (or 0: no sampling study), got {samples}")
+    check_samples(samples)
     d = manifest.distribution or study({"sampling": {"temperature": STUDY_TEMPERATURE}}, manifest.strategies,
                                        manifest.tasks, manifest.path.name)
     return dataclasses.replace(d, samples=samples)

@@ -14,6 +14,7 @@ from harness import KitError
 from harness.analysis import compare as cmp
 from harness.analysis import reproduction as repro
 from harness.analysis.records import CellKey
+from harness.analysis.summary import summarize
 from harness.files import now_iso
 from harness.formatter import console
 from harness.hosts.engine import LocalEngine
@@ -58,6 +59,9 @@ def reproduce(source: Path, workdir: Path, *, models_dir: Path, log: Callable[[s
         plan = RunDir.open(original).read_meta().plan
         log(f"reproduce: bundle of run {console(original.parent.name, 200)} verified; manifest "
             f"{console(manifest_path.name, 200)}")
+        reach = summarize(RunDir.open(original)).get("reproduction_reach")
+        if reach:  # said before any download: what this reproduction can confirm and the rounds it will need
+            log(f"reproduce: {console(reach['sentence'], 1000)}")
     else:
         manifest_path = Path(source)
     trusted = trust.decide(mf.load(manifest_path), trust_source)  # once: the build and the run are handed it

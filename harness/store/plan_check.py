@@ -23,9 +23,9 @@ from collections.abc import Iterable
 
 from harness import KitError
 from harness import formatter as fm
-from harness.intake.builds import BUILD_PART
+from harness.intake.builds import BUILD_PART, across
 from harness.store import result
-from harness.store.runmeta import MAX_MEASUREMENTS, AddedRound, RunMeta
+from harness.store.runmeta import MAX_MEASUREMENTS, AddedRound, RunMeta, StrategyMeta, StudyMeta
 
 
 def plan_problem(meta: RunMeta) -> str | None:
@@ -107,6 +107,35 @@ def _builds_problem(meta: RunMeta) -> str | None:
         if base is not None and base.build != s.build:
             return (f"strategies[{i}].baseline: {s.baseline!r} ran on build {base.build!r}, not on {s.id!r}'s "
                     f"build {s.build!r}: a strategy is paired with its own build's baseline")
+    return _pairs_problem(meta) if names else None
+
+
+def _pairs_problem(meta: RunMeta) -> str | None:
+    """A build comparison pairs one strategy across builds by its name without the build's part: on each build
+    that name is one strategy, and on every build it has the same spec type, arguments and baseline (a renamed
+    strategy would print another strategy's figures against it)."""
+    first: dict[str, tuple[int, StrategyMeta]] = {}
+    on_build: set[tuple[str | None, str]] = set()
+    for i, s in enumerate(meta.strategies):
+        key = across(s.id, s.build)
+        if (s.build, key) in on_build:
+            return (f"strategies[{i}].id: {s.id!r} is a second strategy named {key!r} on build {s.build!r}: a build "
+                    "comparison pairs one strategy per name and build")
+        on_build.add((s.build, key))
+    for i, s in enumerate(meta.strategies):
+        key = across(s.id, s.build)
+        if key not in first:
+            first[key] = (i, s)
+            continue
+        j, f = first[key]
+        base = across(s.baseline, s.build) if s.baseline else None
+        f_base = across(f.baseline, f.build) if f.baseline else None
+        for field, mine, theirs in (("spec_type", s.spec_type, f.spec_type), ("args", list(s.args), list(f.args)),
+                                    ("baseline", base, f_base), ("parallel", s.parallel, f.parallel)):
+            if mine != theirs:
+                return (f"strategies[{i}].{field}: {mine!r}, but {f.id!r} (strategies[{j}]), the same strategy "
+                        f"{key!r} on build {f.build!r}, has {theirs!r}: a build comparison pairs the same "
+                        "strategy on each build")
     return None
 
 
@@ -177,10 +206,55 @@ def _study_problem(meta: RunMeta) -> str | None:
     if requests > MAX_MEASUREMENTS:
         return (f"plan.distribution: {fm.count(requests)} requests; a run draws at most "
                 f"{fm.count(MAX_MEASUREMENTS)} samples")
+    problem = _arms_problem(d)
+    if problem:
+        return problem
     batches = per_host * d.rounds * len(meta.plan.hosts)
     for key, made, said in (("batches", batches, d.batches), ("requests", requests, d.requests)):
         if said is not None and said != made:
             return f"plan.distribution.{key}: {said}, but its arms, prompts, samples and hosts make {made}"
+    return None
+
+
+_ARM_FIELDS = ("id", "strategy", "role", "temperature", "top_k", "first_seed", "baseline")
+
+
+def planned_arms(d: StudyMeta) -> list[tuple]:
+    """The arms a study's settings make, as (id, strategy, role, temperature, top_k, first_seed, baseline), for the
+    strategy arms it lists (harness/run/study.py `arms`): each baseline's own, reference and control arms before
+    the first strategy compared with it."""
+    s = d.settings
+    kind, value = s.control
+    control_t = value if kind == "temperature" else s.temperature
+    control_k = int(value) if kind == "top_k" else s.top_k
+    out: list[tuple] = []
+    bases: set[str] = set()
+    for a in d.arms:
+        if a.role != "strategy":
+            continue
+        b = a.baseline
+        if b not in bases:
+            bases.add(b)
+            out += [(b, b, "baseline", s.temperature, s.top_k, s.seed, b),
+                    (f"{b}@reference", b, "reference", s.temperature, s.top_k, s.seed + s.samples, b),
+                    (f"{b}@control", b, "control", control_t, control_k, s.seed, b)]
+        out.append((a.strategy, a.strategy, "strategy", s.temperature, s.top_k, s.seed, b))
+    return out
+
+
+def _arms_problem(d: StudyMeta) -> str | None:
+    """The study's arms are the ones its settings make (temperature, top-k, control, seeds, a reference arm for
+    every baseline), in the order the kit lists them."""
+    want = planned_arms(d)
+    got = [tuple(getattr(a, f) for f in _ARM_FIELDS) for a in d.arms]
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+        for f, x, y in zip(_ARM_FIELDS, g, w, strict=True):
+            if x != y:
+                return (f"plan.distribution.arms[{i}].{f}: {x!r}, but the study's settings (temperature, top_k, "
+                        f"control, seed, samples) make {y!r} there")
+    if len(got) != len(want):
+        return (f"plan.distribution.arms: {len(got)} arms, but its settings make {len(want)} (each baseline's "
+                "baseline, reference and control arms, then the strategies compared with it)")
     return None
 
 
@@ -215,6 +289,13 @@ def batch_problem(meta: RunMeta, rec: result.BatchRecord, seen: set[str]) -> str
     if long is not None:
         got = len(rec['samples'][long]['tokens'])
         return f"samples[{long}]: {got} tokens, more than the {d.settings.tokens} asked for"
+    for i, x in enumerate(rec["samples"]):
+        n = len(x["tokens"])
+        for key in ("logprobs", "top"):
+            if x.get(key) is not None and len(x[key]) != n:
+                return f"samples[{i}].{key}: {len(x[key])} entries for its {n} tokens (one per token)"
+        if x["draft_n_accepted"] > x["draft_n"]:
+            return f"samples[{i}].draft_n_accepted {x['draft_n_accepted']} is above its draft_n {x['draft_n']}"
     return None
 
 
@@ -270,6 +351,9 @@ def record_problem(meta: RunMeta, rec: result.ResultRecord, seen: dict[str, resu
     slots = [command[i + 1] for i in range(len(command) - 1) if command[i] in ("--parallel", "-np")]
     if slots and slots[-1] != str(s.parallel):
         return f"its server ran {slots[-1]} slot(s), but strategy {s.id!r} is measured at {s.parallel}"
+    counts = _counts_problem(rec)
+    if counts:
+        return counts
     first = rec.get("retake_of")
     if first is None:
         want = record_id(meta, rec)
@@ -292,9 +376,42 @@ def _retake_problem(meta: RunMeta, rec: result.ResultRecord, first: result.Resul
         return f"measurement id {rec['measurement_id']!r}, expected {rec['retake_of'] + '/retake'!r}"
     if rec["retake_of"] in retaken:
         return f"{rec['retake_of']!r} is retaken twice"
-    if meta.plan.retake_cap is None:
+    cap = meta.plan.retake_cap
+    if cap is None:
         return "a retake in a run that planned none (run.json plan.retake_cap)"
+    if len(retaken) >= cap:
+        return (f"retake {len(retaken) + 1} of the run, but run.json plan.retake_cap allows {cap}: a run retakes at "
+                "most as many measurements as its cap")
     retaken.add(rec["retake_of"])
+    return None
+
+
+def _order_problem(meta: RunMeta, rec: result.ResultRecord, k: int, rounds: dict[str, int]) -> str | None:
+    """A record's `order` is its place among the records (the kit numbers them as it appends them), and with a
+    fresh container per measurement a host's first takes go round by round (retakes may follow a later round after
+    a resume): reordered records would move the first-run and drift checks."""
+    if "order" in rec and rec["order"] != k:
+        return f"order {rec['order']!r}, expected {k} (its place among the records: the kit numbers them as it appends)"
+    if meta.protocol == "reuse-server" or rec.get("retake_of") is not None:
+        return None
+    last = rounds.get(rec["host"], 0)
+    if rec["round"] < last:
+        return (f"round {rec['round']} recorded after a measurement of round {last} on host {rec['host']!r}: a run "
+                "measures round by round")
+    rounds[rec["host"]] = rec["round"]
+    return None
+
+
+def _counts_problem(rec: result.ResultRecord) -> str | None:
+    """What a record's counters say of one another: a share is within [0, 1], accepted drafts are drafted."""
+    sv = rec.get("server") or {}
+    if isinstance(sv.get("draft_n"), int) and isinstance(sv.get("draft_n_accepted"), int) \
+            and sv["draft_n_accepted"] > sv["draft_n"]:
+        return f"server.draft_n_accepted {sv['draft_n_accepted']} is above server.draft_n {sv['draft_n']}"
+    acc = (rec.get("server_log") or {}).get("draft_acceptance")
+    if isinstance(acc, dict) and acc.get("accepted", 0) > acc.get("generated", 0):
+        return (f"server_log.draft_acceptance.accepted {acc['accepted']} is above its generated "
+                f"{acc['generated']}")
     return None
 
 
@@ -303,8 +420,9 @@ def check_records(meta: RunMeta, records: Iterable[tuple[int, result.ResultRecor
     fit the run's plan."""
     seen: dict[str, result.ResultRecord] = {}
     retaken: set[str] = set()
-    for n, rec in records:
-        problem = record_problem(meta, rec, seen, retaken)
+    rounds: dict[str, int] = {}  # host -> the round of its last first take
+    for k, (n, rec) in enumerate(records):
+        problem = record_problem(meta, rec, seen, retaken) or _order_problem(meta, rec, k, rounds)
         if problem:
             raise KitError(f"{where}: line {n}: {problem}; this record is not of this run as planned")
         seen[rec["measurement_id"]] = rec

@@ -193,6 +193,22 @@ class ServerLogFacts(TypedDict):
     draft_calls: NotRequired[DraftCalls]
 
 
+class SpecCounters(TypedDict):
+    """One request's speculative counters: llama-server's /metrics after it minus before it (harness/run/metrics.py)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    #: accepted_per_pos[k]: draft calls that accepted at least k + 1 drafted tokens
+    accepted_per_pos: list[int]
+
+
+class CountersAbsent(TypedDict):
+    """Why a record has no counters: the scrape before or after the request could not be read."""
+
+    absent: str
+
+
 class LoadedModel(TypedDict):
     """Where the load lines put one model: its device, the layers offloaded, its model buffers per device."""
 
@@ -210,6 +226,16 @@ class DeviceLoad(TypedDict):
     models: list[LoadedModel]
     device_buffers_mib: dict[str, dict[str, float]]
     device_mib: float
+
+
+class Context(TypedDict):
+    """The filler a task's depth put before its prompt (harness/run/filler.py)."""
+
+    depth: int
+    filler_tokens: int
+    filler_sha256: str
+    filler_chars: int
+    source: str
 
 
 class ResultRecord(TypedDict):
@@ -244,8 +270,11 @@ class ResultRecord(TypedDict):
     quiet: NotRequired[Quiet]
     interference: NotRequired[Interference]
     concurrency: NotRequired[Concurrency]
+    context: NotRequired[Context]
     slots: NotRequired[Slots | None]
     server_log: NotRequired[ServerLogFacts]
+    #: a speculative server's own counters for this request (GET /metrics before and after it), or why none
+    spec_counters: NotRequired[SpecCounters | CountersAbsent]
     device: NotRequired[DeviceLoad | None]
 
 
@@ -300,3 +329,4 @@ class RequestPart(TypedDict):
     interference: NotRequired[Interference]
     concurrency: NotRequired[Concurrency]
     probs: NotRequired[Probs]
+    context: NotRequired[Context]

@@ -52,6 +52,8 @@ class TaskMeta:
     n_predict: int
     prompts: tuple[PromptMeta, ...]
     perturbation: bool = False
+    depth: int = 0  # tokens of filler before the prompt (harness/run/filler.py)
+    dims: tuple[tuple[str, int], ...] = ()  # the dimensions listed on its entry (harness/intake/dimensions.py)
 
 
 #: The purpose of the rounds that confirm a sweep's best combinations.
@@ -383,6 +385,11 @@ class RunMeta:
             del out["answers"]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
+            for k in ("depth", "dims"):  # a task without dimensions reads as before
+                if not t[k]:
+                    del t[k]
+            if "dims" in t:
+                t["dims"] = [list(pair) for pair in t["dims"]]
         out["plan"]["extra_rounds"] = [x.to_json() for x in self.plan.extra_rounds]
         if self.plan.distribution is None:  # a run without a sampling study keeps the file it always had
             del out["plan"]["distribution"]
@@ -404,7 +411,8 @@ class RunMeta:
                                         "sweep": tuple(tuple(x) for x in s.get("sweep", ()))})
                         for s in obj["strategies"]],
             tasks=[TaskMeta(t["id"], t["n_predict"], tuple(PromptMeta(**p) for p in t["prompts"]),
-                            bool(t.get("perturbation", t.get("probe", False)))) for t in obj["tasks"]],
+                            bool(t.get("perturbation", t.get("probe", False))), int(t.get("depth", 0)),
+                            tuple((str(k), int(v)) for k, v in t.get("dims", ()))) for t in obj["tasks"]],
             models={k: ModelMeta.from_json(m) for k, m in obj["models"].items()},
             build=BuildRecord.from_json(obj["build"], f"{where}: build"),
             environment={h: _known(HostFacts, e) for h, e in obj["environment"].items()},

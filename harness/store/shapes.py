@@ -35,8 +35,17 @@ class IntervalJson(TypedDict):
     scope: NotRequired[str]  # a geometric mean's interval over tasks like these
 
 
+class BoundsJson(TypedDict):
+    """An interval's ends at a stated confidence (a family-level interval beside the 95% one)."""
+
+    low: float | None
+    high: float | None
+    confidence: float | None
+
+
 class VerdictJson(TypedDict):
-    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures."""
+    """A cell's or a geometric mean's verdict: its kind, the rule in words and the tests' figures;
+    `family_interval` its interval at the family's first Holm step (None where not judged)."""
 
     kind: str
     rule: str
@@ -45,6 +54,7 @@ class VerdictJson(TypedDict):
     p_adjusted: float | None
     family: int
     smallest_marked: float | None
+    family_interval: BoundsJson | None
 
 
 class Failure(TypedDict):
@@ -287,6 +297,7 @@ class Counts(TypedDict):
     retake_pairs: int
     planned: int
     torn_last_line: bool
+    torn_samples_line: NotRequired[bool]
 
 
 class HostInterference(TypedDict):
@@ -450,6 +461,17 @@ class ComparedRow(TypedDict):
     changed: bool
 
 
+class OneSideRow(TypedDict):
+    """A row only one run judged (its arm, task or prompt absent from the other): named, never compared."""
+
+    side: str
+    host: str
+    task: str
+    prompt: str
+    arm: str
+    verdict: str
+
+
 class StudyComparison(TypedDict):
     """Two runs' distribution verdicts row by row (`compare`)."""
 
@@ -457,6 +479,7 @@ class StudyComparison(TypedDict):
     rows: list[ComparedRow]
     changed: int
     same: int
+    missing: NotRequired[list[OneSideRow]]
     settings_a: NotRequired[StudySettings]
     settings_b: NotRequired[StudySettings]
 
@@ -676,6 +699,48 @@ class ServingJson(TypedDict):
     confirmation_rounds: dict[str, list[int]]
 
 
+class DimensionPoint(TypedDict):
+    """One value of a length or depth curve: its task's speedup cell (harness/analysis/dimensions.py)."""
+
+    value: int
+    task: str
+    speedup: float | None
+    low: float | None
+    high: float | None
+    mark: int  # +1 marked faster, -1 slower, 0 neither
+    verdict: str | None
+    rounds: int
+
+
+class DimensionCrossover(TypedDict):
+    """Where a curve's marks say it crosses 1 (`dimensions.Crossover`)."""
+
+    kind: str  # none | one | several
+    low: int | None
+    high: int | None
+    estimate: float | None
+    rising: bool | None
+
+
+class DimensionCurve(TypedDict):
+    """A strategy's speedup on one manifest entry along output length or context depth."""
+
+    host: str
+    strategy: str
+    task: str
+    dimension: str  # n_predict | depth
+    fixed: dict[str, int]
+    points: list[DimensionPoint]
+    crossover: DimensionCrossover
+
+
+class Dimensions(TypedDict, total=False):
+    """The summary's `dimensions` part: present only for a run with lengths or depths listed."""
+
+    dimensions: list[DimensionCurve]
+    rules_dimensions: str
+
+
 class Tuning(TypedDict, total=False):
     """The summary's `sweeps` and `serving` parts: present only for a run with a sweep or several levels."""
 
@@ -696,6 +761,7 @@ class BuildVerdict(TypedDict):
     p_within: float | None
     p_adjusted: float | None
     family: int
+    family_interval: BoundsJson | None
 
 
 class BuildFigure(TypedDict):
@@ -714,12 +780,22 @@ class BuildFigure(TypedDict):
     left_out: NotRequired[list[str]]
 
 
+class BuildPower(TypedDict):
+    """What a builds table's rounds could mark: the B/A below which a cell of median noise is marked ▼ about half
+    the time."""
+
+    rounds: int
+    cells_below: float | None
+    sentence: str
+
+
 class TableFamily(TypedDict):
     cells: int
     geomeans: int
     tests: int
     method: str
     alpha: float
+    power: NotRequired[BuildPower]
 
 
 class BuildTable(TypedDict):
@@ -816,6 +892,25 @@ class PowerJson(TypedDict):
     noisiest_quarter: float | None
     geomeans: float | None
     rounds_for: dict[str, int | None]
+    rounds_range: dict[str, list[int | None]]  # the rounds at the bounds of the median noise
+    noise: float | None  # the median per-round variance of the paired log ratios the projection uses
+    sentence: str
+
+
+class ReachJson(TypedDict):
+    """What a reproduction of the run can confirm (harness/analysis/reach.py): margins at best and with a B of the
+    run's rounds, B's rounds for the default margins (None: out of reach), and the command that tightens them."""
+
+    geomeans_best: float | None
+    cells_best: float | None
+    geomeans_same_rounds: float | None
+    cells_same_rounds: float | None
+    rounds: int
+    margin: float
+    cell_margin: float
+    rounds_for_margin: int | None
+    rounds_for_cell_margin: int | None
+    command: str
     sentence: str
 
 
@@ -963,6 +1058,7 @@ class DifferenceJson(TypedDict):
     a: Any
     b: Any
     blocking: bool
+    kind: str  # environment (build, models, hardware) or workload (harness/analysis/workload.py)
 
 
 class Worst(TypedDict):
@@ -980,6 +1076,7 @@ class CompareJson(TypedDict):
     b: RunRefJson
     differences: list[DifferenceJson]
     comparable: bool
+    shared_records: list[int]  # B's records that are A's, B's records
     rows: list[ComparedCell]
     geomeans: list[ComparedCell]
     counts: dict[str, int]
@@ -1030,6 +1127,74 @@ class CategoryPower(TypedDict):
     prompts_needed: int | None
 
 
+class BreakevenPoint(TypedDict):
+    """One synthetic acceptance length of a break-even curve: its paired speedup with its 95% interval."""
+
+    strategy: str
+    length: float
+    rounds: int
+    speedup: float | None
+    lo: float | None
+    hi: float | None
+
+
+class BreakevenFit(TypedDict):
+    """The mean over rounds of each round's line of speedup against length."""
+
+    intercept: float
+    slope: float
+    rounds: int
+
+
+class BreakevenLength(TypedDict):
+    """Where the fitted line crosses 1, with Fieller's 95% interval (None: unbounded on that side)."""
+
+    length: float
+    lo: float | None
+    hi: float | None
+
+
+class AchievedLength(TypedDict):
+    """The real strategy's mean acceptance length per step, with its 95% interval over rounds."""
+
+    length: float
+    lo: float | None
+    hi: float | None
+    rounds: int
+    sources: list[str]
+
+
+class Ceiling(TypedDict):
+    """The speedup at full acceptance (length n_max + 1): measured, or the fitted line's."""
+
+    length: int
+    measured: bool
+    speedup: float | None
+
+
+class BreakevenCurve(TypedDict):
+    """One strategy's break-even curve on one task and host (harness/analysis/breakeven.py)."""
+
+    host: str
+    strategy: str
+    task: str
+    n_max: int
+    points: list[BreakevenPoint]
+    fit: BreakevenFit | None
+    breakeven: BreakevenLength | None
+    verdict: str
+    ceiling: Ceiling
+    real: str | None  # the strategy measured at its own acceptance (a swept entry: the combination `at` names)
+    achieved: AchievedLength | None
+
+
+class BreakevenJson(TypedDict):
+    """The summary's break-even part: every curve, labelled synthetic acceptance (benchmarking only)."""
+
+    label: str
+    curves: list[BreakevenCurve]
+
+
 class Summary(TypedDict):
     """summary.json: one run folder summarised (harness/analysis/summary.py)."""
 
@@ -1050,6 +1215,7 @@ class Summary(TypedDict):
     determinism: dict[str, DeterminismTotal]
     geomeans: list[Geomean]
     family: FamilyJson
+    reproduction_reach: ReachJson | None
     interference: dict[str, HostInterference]
     checks_ran: list[CheckRan]
     rules: dict[str, str]
@@ -1067,7 +1233,10 @@ class Summary(TypedDict):
     serving: NotRequired[list[ServingJson]]
     rules_sweep: NotRequired[str]
     rules_serving: NotRequired[str]
+    dimensions: NotRequired[list[DimensionCurve]]
+    rules_dimensions: NotRequired[str]
     builds: NotRequired[BuildsJson]
     distribution: NotRequired[StudySummary]
     categories: NotRequired[list[CategoryJson]]  # a run with prompt suites (harness/analysis/prompt_sample.py)
     categories_power: NotRequired[CategoryPower | None]
+    breakeven: NotRequired[BreakevenJson]
