@@ -213,3 +213,23 @@ def test_answers_that_cannot_be_made_stop_the_run_before_any_measurement_in_one_
     said = fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, resume="broken",
                                   progress=False, log=[].append, engines=[fake_engine.fake()])
     assert "12 ok, 0 failed" in said and rd.read_meta().answers["answers"] == 3
+
+
+def test_a_conversation_with_a_depth_reads_the_filler_first_and_keeps_its_turns():
+    import dataclasses
+
+    from harness.run import client, filler
+    from harness.run.server import Endpoint
+    from tests.conftest import DEMO
+    from tests.fakeserver import FakeLlamaServer
+
+    chat = dataclasses.replace(mf.load(DEMO), endpoint="chat")
+    task = dataclasses.replace(chat.tasks[0], depth=40)
+    said = [{"role": "user", "content": "first?"}, {"role": "assistant", "content": "an answer"},
+            {"role": "user", "content": "and then?"}]
+    with FakeLlamaServer() as srv:
+        out = client.run_request(chat, task, Endpoint(srv.port), said, with_probs=False)
+        sent = next(b for p, b in srv.requests if p == "/apply-template")["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"] and sent[1:] == said[1:]
+    text, first = sent[0]["content"].rsplit("\n\n", 1)
+    assert first == "first?" and len(text.split()) == 40 and out["context"]["filler_sha256"] == filler.sha256(text)

@@ -319,7 +319,11 @@ def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str 
             text, n = filler.prefix(endpoint, task.depth, manifest.request_timeout_s, post_json)
         except ValueError as e:
             raise MeasurementFailed(f"filler: {e}", phase="template") from None
-        prompt, context = filler.with_prompt(text, prompt), filler.context_record(task.depth, n, text)
+        context = filler.context_record(task.depth, n, text)
+        if isinstance(prompt, list):  # a conversation (a suite's later turn): the filler opens its first message
+            prompt = [{**prompt[0], "content": filler.with_prompt(text, prompt[0]["content"])}, *prompt[1:]]
+        else:
+            prompt = filler.with_prompt(text, prompt)
     rendered = render_prompt(endpoint, manifest, prompt)
     concurrency = None
     observed = Watched()
