@@ -131,8 +131,10 @@ def test_later_turns_follow_the_targets_own_answers_the_same_for_every_strategy(
     assert not _answering(again) and rd.read_meta().answers == meta.answers
     assert (rd.path / answers.ANSWERS_FILE).read_bytes() == data
 
-    # answers changed after the run made them are refused in one line, never sent
+    # answers changed after the run made them are refused in one line, never sent nor reported
     (rd.path / answers.ANSWERS_FILE).write_bytes(data.replace(b'"text": "', b'"text": "edited ', 1))
+    with pytest.raises(KitError, match=r"answers\.json: sha256 .* run\.json recorded"):
+        summarize(rd)
     with pytest.raises(KitError) as e:
         fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, resume="turns",
                                progress=False, log=[].append, engines=[fake_engine.fake()], runs=5)
