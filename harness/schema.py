@@ -19,7 +19,7 @@ from harness import formatter as fm
 
 #: The format version each file is written in now; the schema of the same name describes it.
 FORMAT_VERSIONS: dict[str, int] = {"manifest": 1, "result": 2, "run": 2, "summary": 3, "build": 1, "bundle": 1,
-                                  "samples": 1}
+                                  "samples": 1, "answers": 1}
 
 #: An upgrade: a file's object in one version -> the same object in the next.
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]

@@ -70,8 +70,9 @@ class FakeLlamaServer:
                     words = {i: p for p, i in fake.vocab.items()}
                     self._json(200, {"content": "".join(words[i] for i in body["tokens"])})
                 elif self.path == "/apply-template":
-                    msg = body["messages"][0]["content"]
-                    self._json(200, {"prompt": f"<start_of_turn>user\n{msg}<end_of_turn>\n<start_of_turn>model\n"})
+                    turns = "".join(f"<start_of_turn>{'model' if m['role'] == 'assistant' else m['role']}\n"
+                                    f"{m['content']}<end_of_turn>\n" for m in body["messages"])
+                    self._json(200, {"prompt": f"{turns}<start_of_turn>model\n"})
                 elif fake.mode == "http-error":
                     self._json(500, {"error": {"message": "boom"}})
                 elif body.get("stream"):

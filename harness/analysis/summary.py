@@ -35,7 +35,7 @@ from harness.analysis.records import MAX_DISTURBED_SHARE, CellIndex, CellKey, Me
 from harness.analysis.speedups import Speedup
 from harness.models import passbytes
 from harness.schema import FORMAT_VERSIONS
-from harness.store import result, shapes
+from harness.store import answers, result, shapes
 from harness.store.rundir import RunDir
 from harness.store.runmeta import RunMeta
 
@@ -124,6 +124,8 @@ def same_target_baseline(meta: RunMeta, sid: str) -> str | None:
 def summarize(rd: RunDir) -> shapes.Summary:
     """The summary of one run folder (also valid for a partial run: missing cells are named)."""
     full = rd.read_meta()
+    if full.answers is not None:  # a suite's later turns were sent after these answers: as run.json recorded them
+        answers.read(rd.path, full.answers)
     measured = rd.measurements()
     # synthetic acceptance (benchmarking only) has a section of its own and no place in any other table
     meta, records = breakeven.split(full, measured)

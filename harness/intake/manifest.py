@@ -729,18 +729,23 @@ class _Builder:
         got = suite_files.load(suite_files.entry(t, fp, self.folder, self.where), check_files)
         if got is None:
             return []
+        if got.suite.turns == "all" and self.raw.get("endpoint", "completion") != "chat":
+            raise self.fail(f"{fp}.suite.turns", "'all' sends each later turn as a conversation (the earlier turns "
+                            "and the target's own answers): it needs `endpoint: chat`")
         drawn.append(got)
         out = []
         for c in got.categories:
-            if c.task_id in seen:
-                raise self.fail(fp, f"the suite's task {c.task_id!r} is also tasks[{seen[c.task_id]}]")
-            seen[c.task_id] = i
-            prompts = []
-            for q in c.questions:
-                text = suite_files.prompt_text(q, got.suite.turns)
-                prompts.append(Prompt(q.prompt_id, got.suite.path, suite_files.text_sha256(text), text,
-                                      suite_files.record_name(got.suite, q)))
-            out.append(Task(c.task_id, tuple(prompts), got.suite.n_predict))
+            for turn, questions in suite_files.turns_of(c, got.suite.turns):
+                task_id = suite_files.turn_task(c.task_id, turn)
+                if task_id in seen:
+                    raise self.fail(fp, f"the suite's task {task_id!r} is also tasks[{seen[task_id]}]")
+                seen[task_id] = i
+                prompts = []
+                for q in questions:
+                    text = suite_files.prompt_text(q, turn)
+                    prompts.append(Prompt(q.prompt_id, got.suite.path, suite_files.text_sha256(text), text,
+                                          suite_files.record_name(got.suite, q)))
+                out.append(Task(task_id, tuple(prompts), got.suite.n_predict))
         return out
 
     def check_depths(self, tasks: tuple[Task, ...], strategies: tuple[Strategy, ...],

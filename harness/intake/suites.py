@@ -19,6 +19,10 @@ cells, run folders and plots), its display name `<suite>/<category>`; each sampl
 `q<question_id>`. The sample is stratified: `per_category` questions of each category, drawn with `seed` from the
 questions sorted by id, so a manifest names the same prompts on every machine.
 
+With `turns: all` each later turn k of a category is a task of its own, `<suite>.<category>.t<k>` (turn 2 reads
+the target's own answer to turn 1: another workload than turn 1, so never pooled with it); its conversation is
+made once per run before the timed rounds (harness/run/conversations.py) and needs `endpoint: chat`.
+
 A suite file is untrusted: bounded in bytes, rows, turns and characters per turn; a row of the wrong shape is one
 line naming the file, the row and the field; a question_id is a short name, never a path.
 """
@@ -220,9 +224,6 @@ def entry(t: Mapping[str, Any], fp: str, folder: Path, where: str) -> Suite:
             if PurePosixPath(rel).is_absolute() or not path.is_relative_to(folder):
                 raise fail(".file", f"{rel!r} lies outside the manifest's folder {folder}")
     turns = raw.get("turns", "first")
-    if turns == "all":
-        raise fail(".turns", "'all' (each later turn sent after the target's own earlier answer, as MT-Bench "
-                   "defines it) is not measured by this kit yet; use 'first' (each question's first turn)")
     cats = raw.get("categories")
     if cats is not None and len(set(cats)) != len(cats):
         raise fail(".categories", "a category is named twice")
@@ -356,10 +357,35 @@ def load(suite: Suite, check_files: bool) -> Drawn | None:
     return draw(suite, read(suite.path, suite.format))
 
 
-def prompt_text(q: Question, turns: str) -> str:
-    """What one measurement sends: the question's first turn (`turns: first`)."""
-    assert turns == "first"
-    return q.turns[0]
+def prompt_text(q: Question, turn: int = 1) -> str:
+    """The user's text of one turn (1-based) of the question: with `turns: first` every measurement sends turn 1;
+    with `turns: all` turn k is sent after turns 1..k-1 and the target's own answers to them
+    (harness/run/conversations.py)."""
+    return q.turns[turn - 1]
+
+
+#: A later turn's task: `<suite>.<category>.t<k>` (turn 1 keeps `<suite>.<category>`).
+TURN_TASK = re.compile(r"(?P<base>[a-z0-9][a-z0-9_-]*\.[a-z0-9][a-z0-9_-]*)\.t(?P<turn>[2-9])")
+
+
+def turn_task(task_id: str, turn: int) -> str:
+    """The task of one turn of a category: turn 1 is the category's own task, turn k its `.t<k>`."""
+    return task_id if turn == 1 else f"{task_id}.t{turn}"
+
+
+def task_turn(task_id: str) -> int:
+    """Which turn a suite task measures (1 unless it is a `.t<k>` task)."""
+    m = TURN_TASK.fullmatch(task_id)
+    return int(m["turn"]) if m else 1
+
+
+def turns_of(c: Category, turns: str) -> list[tuple[int, tuple[Question, ...]]]:
+    """The turns a category measures, each with the questions that have it: turn 1 alone for `turns: first`;
+    every turn some drawn question has for `turns: all` (a question of two turns is absent from turn 3's task)."""
+    if turns != "all":
+        return [(1, c.questions)]
+    most = max(len(q.turns) for q in c.questions)
+    return [(k, tuple(q for q in c.questions if len(q.turns) >= k)) for k in range(1, most + 1)]
 
 
 def text_sha256(text: str) -> str:
@@ -416,6 +442,12 @@ def describe(drawn: Drawn, measurements: int, rate_tok_s: float | None, rate_sou
              f"  {fm.count(measurements)} measurements; about {_duration(seconds)} on this host at {said} with "
              f"{s.n_predict} tokens each plus {fm.plain(ASSUMED_START_S)} s to start each container (the prompt's "
              "own processing and retakes not counted)"]
+    if s.turns == "all":
+        answers = sum(len(q.turns) - 1 for c in drawn.categories for q in c.questions)
+        lines.append(f"  turns all: turn k of a category is the task {s.name}.<category>.t<k>, sent after the earlier "
+                     f"turns and the target's own answers to them; {fm.count(answers)} answers are generated once "
+                     f"per run before the timed rounds (temperature 0, no speculation, one baseline container, about "
+                     f"{_duration(answers * s.n_predict / rate + ASSUMED_START_S)}), the same for every strategy")
     if one_prompt:
         lines.append(f"  {', '.join(one_prompt)}: one prompt each; such a category generalises to no other prompt "
                      "(per_category 2 or more for an interval over prompts like these)")

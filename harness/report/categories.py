@@ -3,6 +3,7 @@ with its mark) beside the interval for prompts like these (harness/analysis/prom
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from tabulate import tabulate
@@ -16,6 +17,9 @@ COVERAGE = ("bench/prompt_coverage.py: it covered 94-97% of simulated categories
             "with heavy tails, 89-94% where a few prompts are far faster than the rest; read as if it were about "
             "prompts like these, the interval for these prompts covered as little as 41%")
 
+
+#: A later turn's category (harness/intake/suites.py turn_task): `<category>.t<k>`.
+_LATER_TURN = re.compile(r"\.t[2-9]$")
 
 #: Beyond these a 1-df interval's ends say only "far": shown as such rather than as 12-digit ratios.
 SHOWN_RANGE = (0.01, 100.0)
@@ -63,6 +67,11 @@ def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
             "df for k prompts); it is not marked (no test is made of it, so the table's family is unchanged), and "
             f"with 2 prompts its t is 12.7. Coverage checked by {COVERAGE}.")
     out = ["### Per category of the prompt suites (speedup; 95% intervals)", "", table, "", rule, ""]
+    if any(_LATER_TURN.search(c["category"]) for c in cats):
+        out += ["> `<category>.t<k>`: turn k of the category's questions (`turns: all`), sent after the earlier turns "
+                "and the target's own answers to them (made once before the timed rounds at temperature 0 without "
+                "speculation, the same for every strategy; the run's answers.json). Turn k is its own row, never "
+                "pooled with turn 1: a turn that reads an earlier answer is another workload.", ""]
     pw = summary.get("categories_power")
     if pw and pw["spread"] is not None:
         need = (f"about {pw['prompts_needed']} prompts per category" if pw["prompts_needed"] is not None

@@ -62,7 +62,7 @@ class Completion(_CompletionRequired, total=False):
 
 
 class Template(TypedDict):
-    """An /apply-template body: one user message."""
+    """An /apply-template body: one user message, or a conversation."""
 
     messages: list[dict[str, str]]
 
@@ -138,12 +138,15 @@ def request_body(manifest: Manifest, task: Task, prompt: str, *, stream: bool, n
     return body
 
 
-def render_prompt(endpoint: Endpoint, manifest: Manifest, prompt: str) -> str:
-    """The prompt as the model sees it: raw for `completion`, the model's chat template applied for `chat`."""
+def render_prompt(endpoint: Endpoint, manifest: Manifest, prompt: str | list[dict[str, str]]) -> str:
+    """The prompt as the model sees it: raw for `completion`, the model's chat template applied for `chat` (to one
+    user message, or to a conversation: a suite's later turn, harness/run/conversations.py)."""
     if manifest.endpoint != "chat":
+        if not isinstance(prompt, str):
+            raise MeasurementFailed("a conversation is sent on the chat endpoint only", phase="template")
         return prompt
-    out = post_json(endpoint, "/apply-template", {"messages": [{"role": "user", "content": prompt}]},
-                    manifest.request_timeout_s, "template")
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    out = post_json(endpoint, "/apply-template", {"messages": messages}, manifest.request_timeout_s, "template")
     rendered = out.get("prompt")
     if not isinstance(rendered, str):
         raise MeasurementFailed("/apply-template answered without a prompt", phase="template")
@@ -303,9 +306,9 @@ def figures(res: StreamResult) -> result.RequestPart:
     }
 
 
-def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str, with_probs: bool,
-                parallel: int = 1, window: Callable[[], AbstractContextManager[Watched]] | None = None,
-                ) -> result.RequestPart:
+def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str | list[dict[str, str]],
+                with_probs: bool, parallel: int = 1,
+                window: Callable[[], AbstractContextManager[Watched]] | None = None) -> result.RequestPart:
     """The timed request (and for the baseline, the untimed probability request) against a ready server.
     With parallel > 1, that many identical requests run at once and the aggregate is recorded too. `window`
     wraps the timed request alone (the interference measurement); what it yields goes into `interference`.
@@ -316,7 +319,11 @@ def run_request(manifest: Manifest, task: Task, endpoint: Endpoint, prompt: str,
             text, n = filler.prefix(endpoint, task.depth, manifest.request_timeout_s, post_json)
         except ValueError as e:
             raise MeasurementFailed(f"filler: {e}", phase="template") from None
-        prompt, context = filler.with_prompt(text, prompt), filler.context_record(task.depth, n, text)
+        context = filler.context_record(task.depth, n, text)
+        if isinstance(prompt, list):  # a conversation (a suite's later turn): the filler opens its first message
+            prompt = [{**prompt[0], "content": filler.with_prompt(text, prompt[0]["content"])}, *prompt[1:]]
+        else:
+            prompt = filler.with_prompt(text, prompt)
     rendered = render_prompt(endpoint, manifest, prompt)
     concurrency = None
     observed = Watched()

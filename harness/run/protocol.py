@@ -48,6 +48,8 @@ class Context:
     images: dict[str | None, str] = field(default_factory=dict)
     #: Wait at most this long before each timed request for a quiet host (0: no wait; harness/run/interference.py).
     quiet_wait_s: float = 0.0
+    #: A suite's later turns (`turns: all`): (task, prompt) -> the conversation sent (harness/run/conversations.py).
+    conversations: dict[tuple[str, str], list[dict[str, str]]] = field(default_factory=dict)
 
     def access_on(self, engine: Engine) -> Access:
         """The devices a container of this run gets on the engine's host."""
@@ -88,7 +90,8 @@ def request_into(rec: result.ResultRecord, ctx: Context, engine: Engine, server:
     if ctx.quiet_wait_s > 0:
         rec.setdefault("quiet", {})["wait"] = interference.wait_quiet(engine, server.container, ctx.quiet_wait_s)
     try:
-        rec.update(run_request(ctx.manifest, t, server.endpoint, p.text(), with_probs=not s.speculative
+        prompt = ctx.conversations.get((t.id, p.id)) or p.text()  # a suite's later turn: its conversation
+        rec.update(run_request(ctx.manifest, t, server.endpoint, prompt, with_probs=not s.speculative
                                and s.parallel == 1, parallel=s.parallel,
                                window=lambda: interference.around(engine, server.container)))
     except MeasurementFailed as e:

@@ -25,7 +25,7 @@ from harness.intake import manifest as mf
 from harness.intake.trust import Trusted
 from harness.models import gguf_facts, preflight
 from harness.models.ensure import ensure
-from harness.run import bandwidth, metadata, sampling, study
+from harness.run import bandwidth, conversations, metadata, sampling, study
 from harness.run import builds as per_build
 from harness.run import load as load_run
 from harness.run.doctor import require_ready
@@ -398,6 +398,8 @@ def _execute(manifest: mf.Manifest, plan: Plan, engines: list[Engine], rd: RunDi
         log(f"run {rd.run_id}: {plan.describe()}, {proto}{wait}; shuffle seed {plan.shuffle_seed}")
     if drawn is not None:
         log(f"run {rd.run_id}: {drawn.describe()}; shuffle seed {plan.shuffle_seed}")
+    if plan.items or drawn is not None:  # a suite's later turns: the target's own earlier answers, made once
+        ctx.conversations = conversations.prepare(ctx, engines[0], plan, rd, log)
     executor = Executor(ctx, engines, protocol, rd, log=log, progress=progress, retake_cap=meta.plan.retake_cap or 0,
                         seed=plan.shuffle_seed, baselines={s.id: s.baseline for s in meta.planned_strategies()})
     for extra in meta.plan.extra_rounds:  # rounds an interrupted run had already decided on (--until, confirmation)

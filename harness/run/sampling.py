@@ -86,7 +86,8 @@ def draw_batch(ctx: Context, engine: Engine, batch: Batch, tokens: int) -> resul
     try:
         with server:
             rec["container_id"] = server.container.id
-            prompt = render_prompt(server.endpoint, ctx.manifest, batch.prompt.text())
+            turn = ctx.conversations.get((batch.task.id, batch.prompt.id))  # a suite's later turn: its conversation
+            prompt = render_prompt(server.endpoint, ctx.manifest, turn or batch.prompt.text())
             for seed in batch.seeds:
                 try:
                     answer = post_json(server.endpoint, "/completion", request_body(batch, prompt, seed, tokens),

@@ -82,6 +82,6 @@ def lines(manifest: Manifest, planned_tasks: Sequence[str], models_dir: Path, re
                 "upper bound)") if rate else ""
     out = []
     for d in manifest.suites:
-        ids = {c.task_id for c in d.categories}
+        ids = {suites.turn_task(c.task_id, k) for c in d.categories for k, _ in suites.turns_of(c, d.suite.turns)}
         out += suites.describe(d, sum(1 for task in planned_tasks if task in ids), rate, said)
     return out

@@ -334,6 +334,8 @@ class RunMeta:
     format_version: int = schema.FORMAT_VERSIONS["run"]
     #: A run of several builds: each build's record by name (`build` is the first's); empty for one build.
     builds: dict[str, BuildRecord] = field(default_factory=dict)
+    #: `turns: all`: what run.json says of answers.json (harness/store/answers.py); None without one.
+    answers: dict[str, Any] | None = None
 
     # -- lookups
     def strategy(self, sid: str) -> StrategyMeta:
@@ -379,6 +381,8 @@ class RunMeta:
                 del s["build"]
         if not out["builds"]:
             del out["builds"]
+        if out["answers"] is None:  # a run without a suite's later turns keeps the file it always had
+            del out["answers"]
         for t in out["tasks"]:
             t["prompts"] = list(t["prompts"])
             for k in ("depth", "dims"):  # a task without dimensions reads as before
@@ -425,7 +429,8 @@ class RunMeta:
             bandwidth=_known(MeasuredBandwidth, obj["bandwidth"]) if obj.get("bandwidth") else None,
             interruptions=[_known(Interruption, x) for x in obj.get("interruptions", [])],
             updated_at=obj.get("updated_at"),
-            builds={n: BuildRecord.from_json(r, f"{where}: builds.{n}") for n, r in obj.get("builds", {}).items()})
+            builds={n: BuildRecord.from_json(r, f"{where}: builds.{n}") for n, r in obj.get("builds", {}).items()},
+            answers=obj.get("answers"))
 
 
 def _known(cls: Any, x: dict[str, Any]) -> Any:
