@@ -140,7 +140,9 @@ def _message(error: jsonschema.ValidationError) -> str:
             return (f"{where}: {_short(error.instance)} is not a finite number within ±{fm.plain(MAX_NUMBER)} "
                     f"(expected {error.validator_value})")
         got = f"{type(error.instance).__name__} {_short(error.instance)}"
-        return f"{where}: expected {error.validator_value}, got {got}"
+        kinds = error.validator_value
+        wanted = " or ".join(str(k) for k in kinds) if isinstance(kinds, list) else kinds
+        return f"{where}: expected {wanted}, got {got}"
     bound = {"minimum": "expected at least {v}, got {x}", "maximum": "expected at most {v}, got {x}",
              "exclusiveMinimum": "expected more than {v}, got {x}",
              "exclusiveMaximum": "expected less than {v}, got {x}",

@@ -195,10 +195,11 @@ def test_every_type_through_the_kit(tmp_path, demo_image, models_dir):
     assert cells["dflash2"]["checks"]["determinism"]["data"]["baseline"] == "baseline"
     assert cells["mtp"]["baseline"] == "baseline-mtp" and cells["eagle3"]["baseline"] == "baseline"
     assert not any(c["checks"]["speculation"]["flagged"] for c in s["cells"] if "speculation" in c["checks"])
-    # acceptance by draft position for every speculative type, from its calls
+    # acceptance by draft position for every speculative type, from the server's own counters (GET /metrics)
     pos = {p["strategy"]: p for p in s["positions"]["strategies"]}
     assert {k for k, v in types.items() if v != "none"} == set(pos) and s["positions"]["requests_without"] == 0
-    assert all(p["sources"] == ["draft calls"] and p["calls"] > 0 and 0 <= p["shares"][0] <= 1 for p in pos.values())
+    assert all(p["sources"] == ["server's counters"] and p["calls"] == recs[k]["spec_counters"]["drafts"] > 0
+               and 0 <= p["shares"][0] <= 1 for k, p in pos.items()), pos
     # the physics of each row follows its own target's bytes
     assert cells["mtp"]["checks"]["physics"]["data"]["weight_bytes"] != \
         cells["eagle3"]["checks"]["physics"]["data"]["weight_bytes"]

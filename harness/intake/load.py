@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness import formatter as fm
+from harness.intake import builds
 from harness.intake.bounded_yaml import ManifestError
 
 #: Offered rates the kit accepts, in requests per second (above 0).
@@ -182,9 +183,14 @@ def parse(block: Any, strategies: Sequence[Any], tasks: Sequence[Any], runs: int
     slots = tuple(sorted({int(_num(n, f"slots[{i}]", where, "slots", 1, MAX_SLOTS, low_open=False, whole=True))
                           for i, n in enumerate(raw_slots)}))
     # the manifest's strategies at one slot (a sweep's combination by its id); the block gives the slot counts
-    eligible = [s.id for s in strategies if s.parallel == 1 and s.build is None]
-    names = _names(block.get("strategies", eligible), "strategies", where, eligible)
-    chosen = [next(s for s in strategies if s.id == n) for n in names]
+    one = [s for s in strategies if s.parallel == 1]
+    # an entry listed on several builds is named by its entry's name (`baseline`, not `baseline[build=b]`)
+    entries = list(dict.fromkeys(builds.across(s.id, s.build) for s in one))
+    eligible = list(dict.fromkeys([*entries, *(s.id for s in one)]))
+    default = list(dict.fromkeys(builds.across(s.id, s.build) for s in one if one and s.build == one[0].build))
+    names = _names(block.get("strategies", default), "strategies", where, eligible)
+    chosen = _on_one_build(names, one, where)
+    names = [s.id for s in chosen]
     if chosen[0].speculative:
         raise ManifestError(f"{where}: load.strategies[0]: {chosen[0].id!r}: expected the baseline (spec_type none) "
                             "first: every other strategy is judged against it")
@@ -204,6 +210,19 @@ def parse(block: Any, strategies: Sequence[Any], tasks: Sequence[Any], runs: int
         raise ManifestError(f"{where}: load: {fm.count(total)} requests in all (strategies × slots × levels × rounds "
                             f"× (requests + warm-up)); at most {fm.count(MAX_TOTAL_REQUESTS)}")
     return study
+
+
+def _on_one_build(names: Sequence[str], one: Sequence[Any], where: str) -> list[Any]:
+    """The strategies the names give, all on one build (a load study's servers run one build; the first build that
+    every name has, in the manifest's order); ManifestError when the names share no build."""
+    found = [[s for s in one if s.id == n or builds.across(s.id, s.build) == n] for n in names]
+    order = list(dict.fromkeys(s.build for s in one))
+    shared = [b for b in order if all(any(s.build == b for s in f) for f in found)]
+    if not shared:
+        on = {n: sorted({str(s.build) for s in f}) for n, f in zip(names, found, strict=True)}
+        raise ManifestError(f"{where}: load.strategies: the strategies share no build ({fm.visible(str(on), 200)}): "
+                            "a load study measures every strategy on one build")
+    return [next(s for s in f if s.build == shared[0]) for f in found]
 
 
 def arms(study: LoadStudy, strategies: Sequence[Any]) -> list[Any]:

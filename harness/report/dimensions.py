@@ -85,7 +85,7 @@ def section(summary: shapes.Summary, out_path: Path, plots: dict[str, Path]) -> 
     if "dimensions" in plots:
         rel = os.path.relpath(plots["dimensions"].resolve(), out_path.resolve().parent)
         parts += [f"![speedup against output length and context depth, 95% intervals]({Path(rel).as_posix()})", ""]
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n"
 
 
 def write_plots(summary: shapes.Summary, folder: Path) -> dict[str, Path]:
