@@ -57,7 +57,9 @@ def test_full_demo_run_is_complete_and_schema_valid(demo_run, demo_manifest):
         if r["spec_type"] != "none" and "concurrency" not in r:
             c = r["spec_counters"]
             assert (c["draft_tokens"], c["accepted"]) == (r["server"]["draft_n"], r["server"]["draft_n_accepted"]), c
-            assert c["drafts"] > 0 and sum(c["accepted_per_pos"]) == c["accepted"]
+            # an n-gram drafter that finds no match in a request drafts nothing: then every count is 0
+            assert (c["drafts"] > 0) == (c["draft_tokens"] > 0) and sum(c["accepted_per_pos"]) == c["accepted"], c
+            assert c["drafts"] <= c["draft_tokens"] and c["accepted"] <= c["draft_tokens"], c
     base = [r for r in recs if r["spec_type"] == "none" and "concurrency" not in r]
     assert {r["strategy"] for r in base} == {"baseline", "baseline-mtp"}
     assert all(len(r["probs"]["positions"]) == r["server"]["predicted_n"] for r in base)

@@ -196,6 +196,54 @@ def test_a_spec_bench_file_validates_and_runs_through_the_fake_engine(tmp_path, 
 
 
 
+def test_a_suite_at_several_lengths_and_depths_reads_each_category_against_them(tmp_path, models_dir, world):
+    """`n_predict` and `depth` lists on a suite entry: every category at each length and depth, named like any
+    task's dimensions, planned and paired by round, and each category's curve with its crossover in the report."""
+    from harness import LABEL_PREFIX
+    from harness.report import results as results_report
+    from tests import fake_engine
+
+    sha = write_jsonl(tmp_path / "m" / "suites" / "mine.jsonl", spec_bench_rows({"qa": 2, "rag": 2}))
+    m = write_manifest(tmp_path / "m", demo_with(
+        f"  - suite: {{format: spec-bench, file: suites/mine.jsonl, sha256: {sha}, n_predict: [32, 128]}}\n"
+        "    depth: [0, 256]\n"))
+    man = mf.load(m)
+    assert [(t.id, t.n_predict, t.depth, len(t.prompts)) for t in man.tasks[:4]] == [
+        ("mine.qa[n_predict=32,depth=0]", 32, 0, 2), ("mine.qa[n_predict=32,depth=256]", 32, 256, 2),
+        ("mine.qa[n_predict=128,depth=0]", 128, 0, 2), ("mine.qa[n_predict=128,depth=256]", 128, 256, 2)]
+    assert len(man.tasks) == 8 and {t.family for t in man.tasks} == {"mine.qa", "mine.rag"}
+    text = plan.render(man, models_dir)
+    assert "n_predict 32/128, depth 0/256), as tasks mine.<category>[n_predict=N,depth=N]" in text
+    gain = {32: 0.4, 128: 2.5}  # loses at 32 tokens, gains at 128
+
+    def speed(labels):
+        n = int(labels.get(f"{LABEL_PREFIX}.task", "").split("n_predict=")[1].split(",")[0])
+        return 1000.0 * (gain[n] if labels.get(f"{LABEL_PREFIX}.strategy") == "ngram-mod" else 1.0)
+
+    said = fake_engine.runner.run(trusted(m), results_dir=world / "r", models_dir=models_dir, run_id="sdims",
+                                  progress=False, log=[].append, engines=[fake_engine.fake(speed=speed)],
+                                  strategies=["baseline", "ngram-mod"], runs=3, seed=1)
+    assert "96 ok, 0 failed" in said  # 2 strategies x 8 tasks x 2 prompts x 3 rounds
+    rd = RunDir.open(world / "r" / "sdims")
+    deep = [r for r in rd.measurements() if r["task"].endswith("depth=256]")]
+    assert deep and all(r["context"]["filler_tokens"] == 256 for r in deep)
+    results_report.write([rd.path], world / "R.md")
+    summary = json.loads((rd.path / "summary.json").read_text())
+    curves = {(c["task"], c["dimension"], tuple(c["fixed"].items())): c for c in summary["dimensions"]}
+    qa = curves[("mine.qa", "n_predict", (("depth", 0),))]
+    assert [p["value"] for p in qa["points"]] == [32, 128] and qa["crossover"]["kind"] == "one"
+    assert {c["category"] for c in summary["categories"]} == {
+        f"{c}[n_predict={n},depth={d}]" for c in ("qa", "rag") for n in (32, 128) for d in (0, 256)}
+    out = (world / "R.md").read_text()
+    assert "**mine.qa** against output length" in out and "crosses 1 between 32 and 128 output tokens" in out
+
+
+def test_turns_all_takes_one_length_and_one_depth(tmp_path):
+    with pytest.raises(KitError, match=r"tasks\[0\]\.suite\.turns: 'all' .* give one n_predict and one depth"):
+        mf.load(write_manifest(tmp_path, demo_with("  - suite: {name: mt-bench, turns: all, n_predict: [64, 128]}\n")
+                               .replace("endpoint: completion", "endpoint: chat")))
+
+
 def test_the_sample_is_seeded_stratified_and_each_category_its_own(tmp_path):
     rows = spec_bench_rows({"a": 20, "b": 20, "c": 5})
     sha = write_jsonl(tmp_path / "s.jsonl", rows)

@@ -745,7 +745,17 @@ class _Builder:
                     text = suite_files.prompt_text(q, turn)
                     prompts.append(Prompt(q.prompt_id, got.suite.path, suite_files.text_sha256(text), text,
                                           suite_files.record_name(got.suite, q)))
-                out.append(Task(task_id, tuple(prompts), got.suite.n_predict))
+                lengths = list(got.suite.lengths or (got.suite.n_predict,))
+                try:  # a list of lengths or depths: the category at each (named like any task's dimensions)
+                    points = dimensions.points(task_id, lengths if len(lengths) > 1 else lengths[0],
+                                               list(got.suite.depths) if len(got.suite.depths) > 1
+                                               else got.suite.depths[0])
+                except dimensions.DimensionError as e:
+                    raise self.fail(f"{fp}.{e.field}", e.message) from None
+                out += [Task(p.id, tuple(prompts), p.n_predict, False, p.depth, p.dims) for p in points]
+        if len(out) > dimensions.MAX_TASKS:
+            raise self.fail(fp, f"{len(out)} tasks once the suite's categories, lengths and depths are expanded; at "
+                            f"most {dimensions.MAX_TASKS}")
         return out
 
     def check_depths(self, tasks: tuple[Task, ...], strategies: tuple[Strategy, ...],

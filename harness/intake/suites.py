@@ -23,6 +23,11 @@ With `turns: all` each later turn k of a category is a task of its own, `<suite>
 the target's own answer to turn 1: another workload than turn 1, so never pooled with it); its conversation is
 made once per run before the timed rounds (harness/run/conversations.py) and needs `endpoint: chat`.
 
+A list of lengths (`n_predict: [128, 512]` on the suite or its entry) or of depths (`depth: [0, 4096]` on the
+entry) measures every category at each, as the tasks `<suite>.<category>[n_predict=N,depth=N]`
+(harness/intake/dimensions.py), so each category's speedup can be read against length and depth; with `turns: all`
+one length and one depth are given.
+
 A suite file is untrusted: bounded in bytes, rows, turns and characters per turn; a row of the wrong shape is one
 line naming the file, the row and the field; a question_id is a short name, never a path.
 """
@@ -42,6 +47,7 @@ from typing import Any
 from harness import ROOT, KitError, schema
 from harness import formatter as fm
 from harness.files import display_path, file_sha256
+from harness.intake import dimensions
 from harness.intake.bounded_yaml import parse_yaml
 
 MAX_SUITE_BYTES = 32 << 20
@@ -116,7 +122,10 @@ class Suite:
     per_category: int
     seed: int
     turns: str
-    n_predict: int
+    n_predict: int  # the longest output length (earlier turns' answers are generated at it)
+    #: The output lengths and context depths each category is measured at (harness/intake/dimensions.py).
+    lengths: tuple[int, ...] = ()
+    depths: tuple[int, ...] = (0,)
 
     @property
     def fetched(self) -> bool:
@@ -231,11 +240,24 @@ def entry(t: Mapping[str, Any], fp: str, folder: Path, where: str) -> Suite:
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,23}", name):
         raise fail("", f"{fm.console(name, 60)!r} cannot name the suite's tasks: give the task an id of at most 24 "
                    "characters a-z, 0-9, - and _")
-    n_predict = raw.get("n_predict", t.get("n_predict", DEFAULT_N_PREDICT))
+    # a list of lengths (on the suite or its task entry) or of depths (on the entry) measures every category at each
+    lengths_at, lengths_raw = (f"{at}.n_predict", raw["n_predict"]) if "n_predict" in raw else \
+        (f"{fp}.n_predict", t.get("n_predict", DEFAULT_N_PREDICT))
+    try:
+        lengths = dimensions.values("n_predict", lengths_raw, DEFAULT_N_PREDICT)
+    except dimensions.DimensionError as e:
+        raise SuiteError(f"{where}: {lengths_at.rsplit('.', 1)[0]}.{e.field}: {e.message}") from None
+    try:
+        depths = dimensions.values("depth", t.get("depth"), 0)
+    except dimensions.DimensionError as e:
+        raise SuiteError(f"{where}: {fp}.{e.field}: {e.message}") from None
+    if turns == "all" and (len(lengths) > 1 or len(depths) > 1):
+        raise fail(".turns", "'all' measures each later turn after the target's own earlier answers, made at one "
+                   "length: give one n_predict and one depth with it (or turns: first)")
     return Suite(f"{where}: {at}", name, fmt, path, sha, shipped, hf, rel, tuple(cats) if cats is not None else None,
                  _int(where, at, raw, "per_category", DEFAULT_PER_CATEGORY, 1, MAX_PER_CATEGORY),
-                 _int(where, at, raw, "seed", DEFAULT_SEED, 0, 2**31 - 1), turns,
-                 _int(where, at, {"n_predict": n_predict}, "n_predict", DEFAULT_N_PREDICT, 1, 65536))
+                 _int(where, at, raw, "seed", DEFAULT_SEED, 0, 2**31 - 1), turns, max(lengths), tuple(lengths),
+                 tuple(depths))
 
 
 def read(path: Path, fmt: str, shown: str | None = None) -> list[Question]:
@@ -434,14 +456,21 @@ def describe(drawn: Drawn, measurements: int, rate_tok_s: float | None, rate_sou
     one_prompt = [c.display for c in drawn.categories if len(c.questions) == 1]
     rate = rate_tok_s or ASSUMED_RATE_TOK_S
     said = rate_source if rate_tok_s else f"an assumed {fm.plain(ASSUMED_RATE_TOK_S)} tok/s"
-    seconds = measurements * (s.n_predict / rate + ASSUMED_START_S)
+    lengths = s.lengths or (s.n_predict,)
+    mean_len = sum(lengths) / len(lengths)
+    seconds = measurements * (mean_len / rate + ASSUMED_START_S)
+    said_len = "/".join(str(n) for n in lengths)
+    dims = [f"n_predict={said_len}" if len(lengths) > 1 else "",
+            f"depth={'/'.join(str(d) for d in s.depths)}" if len(s.depths) > 1 else ""]
+    shape = f"{s.name}.<category>" + (f"[{','.join(d.split('=')[0] + '=N' for d in dims if d)}]"
+                                      if any(dims) else "")
     lines = [f"suite {s.name} [{s.origin()}]: {len(drawn.categories)} categories, {drawn.prompts} prompts "
-             f"(per_category {s.per_category}, seed {s.seed}, turns {s.turns}, n_predict {s.n_predict}), as tasks "
-             f"{s.name}.<category>",
+             f"(per_category {s.per_category}, seed {s.seed}, turns {s.turns}, n_predict {said_len}"
+             + (f", depth {'/'.join(str(d) for d in s.depths)}" if s.depths != (0,) else "") + f"), as tasks {shape}",
              f"  categories (prompts drawn/available): {cats}",
              f"  {fm.count(measurements)} measurements; about {_duration(seconds)} on this host at {said} with "
-             f"{s.n_predict} tokens each plus {fm.plain(ASSUMED_START_S)} s to start each container (the prompt's "
-             "own processing and retakes not counted)"]
+             f"{fm.plain(round(mean_len))} tokens each on average plus {fm.plain(ASSUMED_START_S)} s to start each "
+             "container (the prompt's own processing, any filler context and retakes not counted)"]
     if s.turns == "all":
         answers = sum(len(q.turns) - 1 for c in drawn.categories for q in c.questions)
         lines.append(f"  turns all: turn k of a category is the task {s.name}.<category>.t<k>, sent after the earlier "
