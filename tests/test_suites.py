@@ -200,7 +200,7 @@ def test_a_suite_at_several_lengths_and_depths_reads_each_category_against_them(
     """`n_predict` and `depth` lists on a suite entry: every category at each length and depth, named like any
     task's dimensions, planned and paired by round, and each category's curve with its crossover in the report."""
     from harness import LABEL_PREFIX
-    from harness.report import results as results_report
+    from harness.report import results as rp
     from tests import fake_engine
 
     sha = write_jsonl(tmp_path / "m" / "suites" / "mine.jsonl", spec_bench_rows({"qa": 2, "rag": 2}))
@@ -227,7 +227,7 @@ def test_a_suite_at_several_lengths_and_depths_reads_each_category_against_them(
     rd = RunDir.open(world / "r" / "sdims")
     deep = [r for r in rd.measurements() if r["task"].endswith("depth=256]")]
     assert deep and all(r["context"]["filler_tokens"] == 256 for r in deep)
-    results_report.write([rd.path], world / "R.md")
+    rp.write([rd.path], world / "R.md")
     summary = json.loads((rd.path / "summary.json").read_text())
     curves = {(c["task"], c["dimension"], tuple(c["fixed"].items())): c for c in summary["dimensions"]}
     qa = curves[("mine.qa", "n_predict", (("depth", 0),))]
