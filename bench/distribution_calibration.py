@@ -9,6 +9,13 @@ study and judged by the code `invoke report` runs (harness/analysis/lossless.py)
 - Control: the same, but the control arm drawn from the control's own samples: the share of tables in which the
   control comes out as "differs" on every prompt, and per prompt (the power the report's "the study had power"
   line claims; resampling the observed control estimates the power at the effect this study saw).
+- Departures at the stated distance: per prompt, the "could detect TV ≥ X" its rows state (simulated by the kit
+  on the reference's outcomes with the chi-square distribution), checked at X with the kit's permutation tests.
+  The strategy's arm drawn from the baseline's population (its arm and its reference, twice the reference's
+  outcomes) reweighted by harness/analysis/lossless.py's `departure`: its first m tokens' categories X apart from
+  the reference's the least detectable way, at the first token and at later tokens. Printed: the share of draws in
+  which the row's tests reject at the family's strictest level, with its 95% interval (the claim: 80%), or the
+  largest distance such a departure reaches among these outcomes where X is beyond it.
 
     python3 bench/distribution_calibration.py [RUN_DIR] [--tables 200] [--seed 1]"""
 
@@ -22,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats as sps
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
@@ -61,6 +69,44 @@ def table(study: StudyMeta, pops: dict, control: bool, rng: np.random.Generator)
             records.append({"host": host, "arm": arm.id, "task": task, "prompt": prompt, "status": "ok",
                             "samples": samples})
     return records
+
+
+def departures(study: StudyMeta, pops: dict, judged: dict[str, Any], tables: int, rng: np.random.Generator) -> None:
+    """Each prompt's stated detectable distance checked at that distance (the module's docstring)."""
+    family = judged["family"]["tests"]
+    level = lossless.ALPHA / max(1, family)
+    count = judged["family"]["permutations"]
+    prefix = study.settings.prefix
+    stated: dict[tuple[str, str, str, str], set[tuple[float, int, int, int]]] = collections.defaultdict(set)
+    for r in judged["rows"]:
+        if r["kind"] == "strategy" and r.get("detectable_tv") is not None and r["detectable_tv"] < 1:
+            k = next(t["categories"] for t in r["tests"] if t["name"] == "first tokens")
+            stated[(r["host"], r["task"], r["prompt"], r["baseline"])].add(
+                (r["detectable_tv"], k, r["samples"], r["reference_samples"]))
+    print(f"departures at the stated distance: {tables} draws each, the row's tests at the family's strictest "
+          f"level (0.05 / {family}); the claim: 80%")
+    for key, values in sorted(stated.items()):
+        pop = [lossless.Sample(i, tuple(s["tokens"]), None, None, 0) for i, s in enumerate(pops[key]["null"])]
+        outcomes = tuple(s.tokens[:prefix] for s in pop)
+        for tv, k, n_a, n_b in sorted(values):
+            said = []
+            for where in ("first", "later"):
+                w, reach = lossless.departure(outcomes, tv, where, n_a + n_b)
+                if w is None:
+                    said.append(f"at the {where} token{'s' if where == 'later' else ''}: none that far among these "
+                            f"outcomes (at most TV {reach:.3f})")
+                    continue
+                hits = 0
+                for _ in range(tables):
+                    a = [pop[i] for i in rng.choice(len(pop), n_a, p=w)]
+                    b = [pop[i] for i in rng.integers(0, len(pop), n_b)]
+                    tests = lossless.two_sample(a, b, prefix, rng, count=count).tests
+                    hits += min(t["p"] for t in tests if t["p"] is not None) <= level
+                ci = sps.binomtest(hits, tables).proportion_ci()
+                said.append(f"at the {where} token{'s' if where == 'later' else ''} detected in "
+                            f"{hits / tables:.1%} [{ci.low:.1%}, {ci.high:.1%}]")
+            print(f"  {key[1]}/{key[2]} (vs {key[3]}): TV ≥ {tv} on {k} categories, {n_a} against {n_b} samples: "
+                  + "; ".join(said))
 
 
 def main() -> int:
@@ -111,6 +157,9 @@ def main() -> int:
             print(f"control: detected on every prompt in {detected_all / args.tables:.1%} of tables; each: "
                   + ", ".join(f"{b} on {t}/{p} {v / args.tables:.1%}" for (b, t, p), v in sorted(detected.items()))
                   + f"; a false \"differs\" elsewhere in {any_false / args.tables:.1%}")
+    judged = lossless.summary(study, rd.samples(), meta.plan.hosts, kinds)
+    if judged is not None:
+        departures(study, pops, judged, args.tables, rng)
     print(f"({time.monotonic() - started:.0f} s)")
     return 0
 

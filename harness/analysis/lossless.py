@@ -21,8 +21,10 @@ Every speculative method claims that at any temperature its output has the targe
   "differs"; where it does not, the table says the study had no power. The A/A row (the baseline with the same
   seeds as the strategies against the reference) shows what "no difference" looks like.
 - Size: the total-variation distance between the two samples' first m tokens (pooled categories) with a basic
-  bootstrap interval, and the smallest distance these samples could detect: mass δ moved between two halves of the
-  outcomes, found with 80% power at the family's strictest level.
+  bootstrap interval, and the smallest distance these samples could detect between those categories: the least
+  detectable departure of that distance (mass moved between two halves of the outcomes), found by the chi-square
+  test on the row's categories with 80% power at the family's strictest level. Mass moved among outcomes too rare
+  to be told apart is not in that distance.
 
 Pure functions of run.json's study and the run folder's samples.jsonl; bench/distribution_calibration.py checks the
 family's error on A/A copies and the control's detection rate."""
@@ -279,13 +281,143 @@ def total_variation(codes: np.ndarray, k: int, n_a: int, rng: np.random.Generato
             "high": round(float(min(1.0, 2 * est - lo)), 4), "categories": k}
 
 
-@functools.lru_cache(maxsize=4096)
-def detectable_tv(n_a: int, n_b: int, family: int) -> float:
-    """The smallest total-variation distance these sample sizes detect with POWER at the family's strictest level
-    (Holm's first step, alpha / tests): mass moved between two halves of the outcomes, a two-proportion test at
-    the largest variance."""
+def halves(masses: Mapping[Any, float]) -> tuple[set[Any], float, float]:
+    """Two halves of the outcomes as balanced as their masses allow: the heavier half's members, its mass and the
+    lighter half's."""
+    heavy: set[Any] = set()
+    m_heavy = m_light = 0.0
+    for key, m in sorted(masses.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
+        if m_heavy <= m_light:
+            heavy.add(key)
+            m_heavy += m
+        else:
+            m_light += m
+    if m_light > m_heavy:
+        heavy = set(masses) - heavy
+        m_heavy, m_light = m_light, m_heavy
+    return heavy, m_heavy, m_light
+
+
+POOLED = ("pooled",)
+
+
+def departure(outcomes: Sequence[tuple[int, ...]], tv: float, where: str,
+              drawn: int) -> tuple[np.ndarray | None, float]:
+    """Weights over `outcomes` (one sample's first m tokens each, drawn alike) that move the distribution of their
+    categories (those the test keeps when it sees `drawn` samples: expected count at least MIN_CATEGORY, the rest
+    pooled) by `tv`, the least detectable way: mass moved proportionally from the heavier of two balanced halves to
+    the lighter, at the first token (halves of whole first tokens) or at the later ones (each first token's
+    continuations split; the first token's distribution unchanged). (None, the largest distance such a departure
+    reaches among these outcomes) where `tv` is beyond it."""
+    n = len(outcomes)
+    seen = Counter(outcomes)
+    cat = [c if seen[c] * drawn / n >= MIN_CATEGORY else POOLED for c in outcomes]
+    mass: Counter = Counter()
+    for c in cat:
+        mass[c] += 1 / n
+
+    def group(c: tuple) -> tuple:
+        return c if c == POOLED else c[:1]
+    scale: dict[Any, float] = {}
+    if where == "first":
+        groups: Counter = Counter()
+        for c, m in mass.items():
+            groups[group(c)] += m
+        if len(groups) < 2:
+            return None, 0.0
+        heavy, m_heavy, m_light = halves(groups)
+        if tv > m_heavy:
+            return None, m_heavy
+        scale = {c: 1 - tv / m_heavy if group(c) in heavy else 1 + tv / m_light for c in mass}
+    else:
+        within: dict[Any, dict[Any, float]] = {}
+        for c, m in mass.items():
+            within.setdefault(group(c), {})[c] = m
+        splits = {g: halves(d) for g, d in within.items() if len(d) >= 2}
+        reach = sum(m_heavy for _, m_heavy, _ in splits.values())
+        if not splits or tv > reach:
+            return None, reach
+        for g, (heavy, m_heavy, m_light) in splits.items():
+            share = tv * m_heavy / reach
+            for c in within[g]:
+                scale[c] = 1 - share / m_heavy if c in heavy else 1 + share / m_light
+    w = np.array([scale.get(c, 1.0) for c in cat])
+    return w / w.sum(), tv
+
+
+def _chi_square_power(codes: np.ndarray, weights: np.ndarray, n_a: int, n_b: int, level: float,
+                      u_a: np.ndarray, idx_b: np.ndarray) -> float:
+    """The share of draws (one per row of u_a, idx_b: common random numbers) in which the first-tokens test, its
+    rare categories pooled as the kit pools them, rejects at `level` (the chi-square distribution's p-value)."""
+    c = int(codes.max()) + 1
+    draws = len(u_a)
+    idx_a = np.minimum(np.searchsorted(np.cumsum(weights), u_a), len(weights) - 1)
+
+    def counts(idx: np.ndarray) -> np.ndarray:
+        flat = (codes[idx] + c * np.arange(draws)[:, None]).ravel()
+        return np.bincount(flat, minlength=c * draws).reshape(draws, c).astype(float)
+    a, b = counts(idx_a), counts(idx_b)
+    kept = (a + b) >= MIN_CATEGORY
+    a = np.concatenate([np.where(kept, a, 0), (a * ~kept).sum(axis=1, keepdims=True)], axis=1)
+    b = np.concatenate([np.where(kept, b, 0), (b * ~kept).sum(axis=1, keepdims=True)], axis=1)
+    totals = a + b
+    present = totals > 0
+    k = present.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ea, eb = totals * n_a / (n_a + n_b), totals * n_b / (n_a + n_b)
+        stat = np.where(present, (a - ea) ** 2 / ea + (b - eb) ** 2 / eb, 0.0).sum(axis=1)
+    p = sps.chi2.sf(stat, np.maximum(k - 1, 1))
+    return float(np.mean((k >= 2) & (p <= level)))
+
+
+#: Draws per distance when the detectable distance is simulated (the power found to about ±1.3 points).
+DETECT_DRAWS = 1000
+
+
+def _two_halves_tv(n_a: int, n_b: int, family: int) -> float:
+    """The two-proportion bound: mass moved between two equal halves, found with POWER at alpha / family."""
     z = sps.norm.ppf(1 - ALPHA / (2 * max(1, family))) + sps.norm.ppf(POWER)
     return round(float(min(1.0, z * np.sqrt(0.25 * (1 / n_a + 1 / n_b)))), 4)
+
+
+@functools.lru_cache(maxsize=1024)
+def detectable_tv(outcomes: tuple[tuple[int, ...], ...], n_a: int, family: int) -> float:
+    """The smallest total-variation distance between the categories the first-tokens test tells apart that n_a
+    samples against these reference `outcomes` (each sample's first m tokens) detect with POWER at the family's
+    strictest level (Holm's first step, alpha / tests), for both least detectable departures (`departure`: at the
+    first token and at later ones; the larger figure). Simulated: DETECT_DRAWS draws from the reference reweighted
+    (and from the reference itself), pooled and tested as the kit tests them; where one departure is found less often
+    than that even at the largest distance these outcomes allow it, just above that distance (none farther exists
+    of its shape). Reference outcomes all alike leave no halves:
+    the two-proportion bound (mass moved onto other outcomes, two categories). Seeded by the outcomes: the same
+    samples give the same figure. bench/distribution_calibration.py checks it with the kit's permutation tests."""
+    n_b = len(outcomes)
+    level = ALPHA / max(1, family)
+    distinct = {c: i for i, c in enumerate(sorted(set(outcomes)))}
+    codes = np.array([distinct[c] for c in outcomes], dtype=np.int64)
+    rng = row_rng("detectable", repr(outcomes), str(n_a))
+    u_a = rng.random((DETECT_DRAWS, n_a))
+    idx_b = rng.integers(0, n_b, (DETECT_DRAWS, n_b))
+    found = []
+    for where in ("first", "later"):
+        _, reach = departure(outcomes, 1.0, where, n_a + n_b)
+        if reach <= 0:
+            continue
+
+        def power(tv: float, where: str = where) -> float:
+            w, _ = departure(outcomes, tv, where, n_a + n_b)
+            return 0.0 if w is None else _chi_square_power(codes, w, n_a, n_b, level, u_a, idx_b)
+        if power(reach) < POWER:  # found less often than POWER however far it goes: none farther exists
+            found.append(round(reach, 4) + 1e-4)
+            continue
+        lo, hi = 0.0, reach
+        for _ in range(14):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
+        found.append(hi)
+    if not found:
+        return _two_halves_tv(n_a, n_b, family)
+    return round(float(min(1.0, max(found))), 4)
 
 
 def row_rng(*key: str) -> np.random.Generator:
@@ -384,8 +516,10 @@ def _rows(study: StudyMeta, records: BatchIndex, host: str, task: str, prompt: s
                     test["data"] = f"{data}:{test['name']}"
                 if kind == "strategy" and None in lps:
                     left = sum(x is None for x in lps)
-                    cmp.tests[-1]["note"] = (f"{left} of {len(lps)} samples left the baseline's path and the drafting "
-                                             "server reports no log-probabilities")
+                    cmp.tests[-1]["note"] = (f"{left} of {len(lps)} samples left the baseline's path: not run, as no "
+                                             "server can score them (a drafting server reports no "
+                                             "log-probabilities, and llama-server scores no given tokens: its "
+                                             "/v1/completions refuses echo)")
             else:
                 row["tests"], row["tv"] = [], None
             rows.append(row)
@@ -415,9 +549,11 @@ def _fingerprint(host: str, task: str, prompt: str, ref: str, samples: Sequence[
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _judge(rows: list[shapes.StudyRow]) -> int:
+def _judge(rows: list[shapes.StudyRow],
+           references: Mapping[tuple[str, str, str, str], tuple[tuple[int, ...], ...]]) -> int:
     """Holm's procedure over the table's distinct tests (rows that compare the same samples with the same reference
-    share theirs); each row's verdict and detectable distance. Returns the family's size."""
+    share theirs); each row's verdict and detectable distance (against its reference's outcomes: `references`, by
+    host, task, prompt and reference arm, each sample's first m tokens). Returns the family's size."""
     tests = [t for r in rows for t in r["tests"] if t["p"] is not None]
     distinct: dict[str, float] = {}
     for t in tests:
@@ -438,7 +574,9 @@ def _judge(rows: list[shapes.StudyRow]) -> int:
         r["p_adjusted"] = min((t["p_adjusted"] for t in judged), default=None)
         differs = any(t["rejected"] for t in judged)
         r["verdict"] = "not tested" if not judged else "differs" if differs else "no difference detected"
-        r["detectable_tv"] = detectable_tv(r["samples"], r["reference_samples"], len(distinct)) if judged else None
+        outcomes = references.get((r["host"], r["task"], r["prompt"], r["vs"]))
+        r["detectable_tv"] = (detectable_tv(outcomes, r["samples"], len(distinct))
+                              if judged and outcomes else None)
     return len(distinct)
 
 
@@ -452,7 +590,11 @@ def summary(study: StudyMeta | None, records: Sequence[result.BatchRecord], host
     count = permutation_count(_row_sizes(study, index, hosts))
     rows = [r for host in hosts for task, prompt in study.settings.prompts
             for r in _rows(study, index, host, task, prompt, args, count)]
-    family = _judge(rows)
+    m = study.settings.prefix
+    references = {(host, task, prompt, ref): tuple(x.tokens[:m] for x in arm_samples(index, host, ref, task,
+                                                                                      prompt).values())
+                  for host, task, prompt, ref in {(r["host"], r["task"], r["prompt"], r["vs"]) for r in rows}}
+    family = _judge(rows, references)
     controls = [r for r in rows if r["kind"] == "control" and r["verdict"] != "not tested"]
     ok = [r for r in records if r["status"] == "ok"]
     recorded = study.to_json()

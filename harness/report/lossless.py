@@ -112,13 +112,36 @@ def divergences(study: shapes.StudySummary, several_hosts: bool, limit: int = 12
     return out[:limit] + ([f"- … and {len(out) - limit} more rows"] if len(out) > limit else [])
 
 
+def _control_distance(study: shapes.StudySummary) -> str:
+    """How far the control moved each prompt's first tokens, beside the distance its rows say they could detect:
+    a control far beyond that distance shows power at its own distance, not at the stated one."""
+    stated: dict[tuple[str, str, str], float] = {}
+    for r in study["rows"]:
+        if r["kind"] == "strategy" and r.get("detectable_tv") is not None:
+            key = (r["host"], r["task"], r["prompt"])
+            stated[key] = max(stated.get(key, 0.0), r["detectable_tv"])
+    parts, far = [], False
+    for r in study["rows"]:
+        key = (r["host"], r["task"], r["prompt"])
+        if r["kind"] == "control" and r.get("tv") and key in stated:
+            parts.append(f"TV {fm.num(r['tv']['estimate'])} on {fm.md(r['task'])}, where its rows could detect "
+                         f"TV ≥ {fm.num(stated[key])}")
+            far = far or r["tv"]["estimate"] > 1.5 * stated[key]
+    if not parts:
+        return ""
+    return (f" ({'; '.join(parts)})" + ("; a control this far beyond the stated distance says nothing about smaller "
+            "departures: a control near it (the baseline at a temperature a little off the study's, "
+            "`distribution: {control: {temperature: T}}`) shows power where it is claimed, and "
+            "bench/distribution_calibration.py checks the claim by simulation" if far else ""))
+
+
 def power(study: shapes.StudySummary) -> str:
     settings = study["settings"]
     if study["power"] is None:
         return "The control was not drawn: this study cannot show that it could detect a difference."
     if study["power"]:
         return (f"The control ({_control(settings)}) was detected on every prompt: these samples can tell a "
-                "difference of that size.")
+                "difference of that size" + _control_distance(study) + ".")
     return (f"⚠ **The study had no power**: its control ({_control(settings)}) was not detected on every prompt, "
             "so \"no difference detected\" below says little. Draw more samples (`invoke run --distribution N`).")
 
@@ -162,9 +185,16 @@ RULE = ("Stage 1: each sample against the baseline's with the same seed. Exact-m
         "any draft exists: it can show only a difference in how the server samples), the first {m} tokens as "
         "sequences (categories seen fewer than 5 times pooled; chi-square), every position at once (Hamming-kernel "
         "MMD) and each sample's total log-probability under the target (Kolmogorov-Smirnov; drafting servers report "
-        "none, so a strategy's are the baseline's where its sample is identical). TV = total-variation distance of "
-        "the first {m} tokens' pooled categories, basic bootstrap interval; \"could detect\" = the distance found "
-        "with 80% power at the family's strictest level.")
+        "none, so a strategy's are the baseline's where its sample is identical; where any left the baseline's the "
+        "test does not run, \"n/a\": llama-server scores no given tokens, its /v1/completions refuses echo). "
+        "TV = total-variation distance of "
+        "the first {m} tokens' pooled categories, basic bootstrap interval; \"could detect\" = the smallest TV "
+        "between those categories that the first-tokens test finds with 80% power at the family's strictest level, "
+        "simulated for the least detectable departures (mass moved between two balanced halves of the outcomes, at "
+        "the first token and, keeping it, at later ones; mass moved among outcomes too rare to be told apart is not "
+        "in it; where one is found less often even at the largest distance these outcomes allow, just above that "
+        "distance). \"No "
+        "difference detected\" says no more than that.")
 
 
 def _relabellings(study: shapes.StudySummary) -> str:
