@@ -43,7 +43,8 @@ class Completion:
     flags: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> shapes.CompletionJson:
-        cell = lambda k: {"host": k.host, "strategy": k.strategy, "task": k.task}  # noqa: E731
+        def cell(k: CellKey) -> shapes.CellRef:
+            return {"host": k.host, "strategy": k.strategy, "task": k.task}
         return {"fillable": [cell(k) for k in self.fillable], "short_planned": [cell(k) for k in self.short_planned],
                 "unmeasured": self.unmeasured, "disturbed": self.disturbed, "failed": self.failed,
                 "retakes_made": self.retakes_made, "retake_cap": self.retake_cap, "command": self.command,

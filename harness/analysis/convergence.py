@@ -127,8 +127,10 @@ def _cell(key: CellKey, loc: inf.Location | None, est: inf.Estimate | None, prio
     if prior.d0 > 0 and inf.variance_p(loc, prior) >= inf.OWN_VARIANCE_P:
         need = max(min_rounds, rounds_needed(prior.s02, target, prior.d0) or 0)
         done = n >= need and shown_ok
-        return CellConvergence(key, n, round(hw, 4), done, need if done or n < need else max(need, own, n + 1))
+        return CellConvergence(key, n, None if hw is None else round(hw, 4), done,
+                           need if done or n < need else max(need, own, n + 1))
     need = max(min_rounds, rounds_needed(loc.scale2, target) or 0)
     strict = inf.Interval.of(inf.moderate(loc, inf.NO_PRIOR), STOP_CONFIDENCE).half_width(math.exp(loc.estimate))
     done = n >= need and strict is not None and strict <= target and shown_ok
-    return CellConvergence(key, n, round(hw, 4), done, need if done or n < need else max(need, own, n + 1))
+    return CellConvergence(key, n, None if hw is None else round(hw, 4), done,
+                           need if done or n < need else max(need, own, n + 1))

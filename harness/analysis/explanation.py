@@ -6,6 +6,7 @@ several run folders (`report_parity`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from harness.analysis import acceptance as acc
 from harness.analysis import builds
@@ -40,9 +41,10 @@ def summary(meta: RunMeta, index: CellIndex, baselines: Mapping[str, str | None]
     pos = acc.positions(index, spec)
     rank = {s.id: i for i, s in enumerate(meta.planned_strategies())}
     in_order = sorted(pos.items(), key=lambda kv: (hosts.get(kv[0][0], len(hosts)), rank.get(kv[0][1], len(rank))))
-    cells = [{"host": h, "strategy": s, "task": t, **acc.positions_dict(p)} for (h, s, t), p in in_order
-             if t is not None]
-    strategies = [{"host": h, "strategy": s, **acc.positions_dict(p)} for (h, s, t), p in in_order if t is None]
+    cells = [cast(shapes.CellPositions, {"host": h, "strategy": s, "task": t, **acc.positions_dict(p)})
+             for (h, s, t), p in in_order if t is not None]
+    strategies = [cast(shapes.PositionFigures, {"host": h, "strategy": s, **acc.positions_dict(p)})
+                  for (h, s, t), p in in_order if t is None]
     lacking = sum(p.without for (_, _, t), p in pos.items() if t is None)
     return {
         "decomposition": [dc.as_dict(d) for d in parts],

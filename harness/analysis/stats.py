@@ -55,7 +55,7 @@ class RunStats:
         return self.table.geomeans
 
     def cell(self, key: CellKey) -> CellStats | None:
-        return self._by_key.get(key)
+        return self.__dict__["_by_key"].get(key)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_key", {c.key: c for c in self.cells})

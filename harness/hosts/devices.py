@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from harness import LABEL_PREFIX, KitError
 from harness import formatter as fm
@@ -147,11 +147,11 @@ class Device:
         return f"{label} {self.index}: {self.name}, driver {self.driver}, {mem}, {shared}, {what}"
 
     def as_dict(self) -> DeviceJson:
-        return DeviceJson(**asdict(self))
+        return cast(DeviceJson, asdict(self))
 
     def listed(self) -> ListedDevice:
         """The device as a record lists it: its fields and its line."""
-        return ListedDevice(**asdict(self), line=self.line())
+        return cast(ListedDevice, {**asdict(self), "line": self.line()})
 
 
 def parse_vulkan_devices(text: str) -> list[Device]:

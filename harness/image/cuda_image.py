@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from harness import LABEL_PREFIX, KitError
 from harness import formatter as fm
@@ -83,7 +83,7 @@ class CudaImageReport:
         return missing_driver(self.version_output) is not None
 
     def as_dict(self) -> CudaChecks:
-        return CudaChecks(**asdict(self), ok=self.ok, driver_missing=self.driver_missing)
+        return cast(CudaChecks, {**asdict(self), "ok": self.ok, "driver_missing": self.driver_missing})
 
     def lines(self) -> list[str]:
         """The report as a person reads it: one line per fact."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 from harness import DOCKER, LABEL_PREFIX, __version__
 from harness.image import backends, bases
@@ -53,7 +54,7 @@ class BuildPlan:
     arch: str = ""
 
     def as_dict(self) -> PlanJson:
-        return PlanJson(**asdict(self))
+        return cast(PlanJson, asdict(self))
 
 
 # ---------------------------------------------------------------- plan

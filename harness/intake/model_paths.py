@@ -48,7 +48,8 @@ def model_location(manifest: Place, model: File, models_dir: Path) -> Path:
         real = Path(os.path.realpath(lexical, strict=True))
         mode = os.stat(real).st_mode
     except (OSError, RuntimeError) as e:
-        raise KitError(f"{field}: {display_path(lexical)} cannot be resolved ({e.strerror or e}: a symlink loop "
+        why = getattr(e, "strerror", None) or e
+        raise KitError(f"{field}: {display_path(lexical)} cannot be resolved ({why}: a symlink loop "
                        "or a link to nothing?)") from None
     if not real.is_relative_to(root):
         raise KitError(f"{field}: {display_path(lexical)} is a link to {real}, outside {place} {display_path(root)}; "

@@ -236,7 +236,7 @@ def entry(t: Mapping[str, Any], fp: str, folder: Path, where: str) -> Suite:
     cats = raw.get("categories")
     if cats is not None and len(set(cats)) != len(cats):
         raise fail(".categories", "a category is named twice")
-    name = t.get("id") or (shipped.name if shipped else PurePosixPath(hf.file if hf else rel).stem.lower())
+    name = t.get("id") or (shipped.name if shipped else PurePosixPath(hf.file if hf else str(rel)).stem.lower())
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,23}", name):
         raise fail("", f"{fm.console(name, 60)!r} cannot name the suite's tasks: give the task an id of at most 24 "
                    "characters a-z, 0-9, - and _")

@@ -132,9 +132,9 @@ def expand(sid: str, spec_type: str, raw_sweep: dict[str, list[Any]] | None, raw
     texts = {f: [value_text(v) for v in vs] for f, vs in sweep.items()}
     for f, vs in texts.items():
         for v in vs:
-            problem = flags.check([f, v])
-            if problem is not None:
-                raise SweepError(f"sweep.{f}", problem.message)
+            refused = flags.check([f, v])
+            if refused is not None:
+                raise SweepError(f"sweep.{f}", refused.message)
         keys = [value_key(v) for v in vs]
         if len(set(keys)) != len(keys):
             a, b = next((x, y) for i, x in enumerate(vs) for y in vs[i + 1:] if value_key(x) == value_key(y))

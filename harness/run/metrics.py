@@ -119,6 +119,8 @@ def difference(before: Scrape, after: Scrape) -> SpecCounters:
 
 def scrape(endpoint: Endpoint, transient: tuple[type[BaseException], ...] = ()) -> Scrape | str:
     """One untimed `GET /metrics`: its counters, or one line saying why there are none."""
+    errors: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError, http.client.HTTPException, OSError,
+                                               *transient)
     try:
         conn = endpoint.connection(SCRAPE_TIMEOUT_S)
         try:
@@ -127,7 +129,7 @@ def scrape(endpoint: Endpoint, transient: tuple[type[BaseException], ...] = ()) 
             body = resp.read(MAX_BYTES + 1)
         finally:
             conn.close()
-    except (TimeoutError, ConnectionError, http.client.HTTPException, OSError, *transient) as e:
+    except errors as e:
         return f"GET /metrics failed: {type(e).__name__}"
     if resp.status != 200:
         return f"GET /metrics answered {resp.status} (a server started without --metrics?)"

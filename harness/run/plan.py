@@ -192,7 +192,7 @@ def make_plan(manifest: Manifest, hosts: list[str], *, strategies: list[str] | N
     total = per_round * runs
     added = per_round * max(0, (max_rounds or 0) - runs)
     confirming = plan.confirm_measurements(confirm_rounds(manifest, runs), {
-        s.id: (b.id if (b := manifest.baseline_for(s)) else None) for s in strats}) if plan.sweeps() else 0
+        s.id: (base.id if (base := manifest.baseline_for(s)) else None) for s in strats}) if plan.sweeps() else 0
     if total + added + confirming > MAX_MEASUREMENTS:
         more = "".join(f" + {fm.count(n)} {what}" for n, what in (
             (added, f"in rounds --until may add up to round {max_rounds}"),

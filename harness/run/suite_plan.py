@@ -68,6 +68,7 @@ def lines(manifest: Manifest, planned_tasks: Sequence[str], models_dir: Path, re
     """Each suite's lines; `planned_tasks`: the task of every planned measurement."""
     t = manifest.target
     measured = measured_rate(results_dir, t.sha256, manifest.build.backend)
+    rate: float | None
     if measured is not None:
         runs = ", ".join(fm.console(r, 80) for r in measured[1][:4]) + (", ..." if len(measured[1]) > 4 else "")
         rate, said = measured[0], (f"{fm.rate(measured[0])} tok/s, the median of the baseline's rates in "

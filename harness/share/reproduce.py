@@ -118,7 +118,7 @@ def decided(original: Path, margin: float, cell_margin: float | None = None) -> 
                                                   and r.call is repro.Call.REPRODUCES):
                 host = res.host_b.get(r.host) or r.host
                 for s in (r.strategy, base.get(r.strategy)):
-                    key = CellKey(host, s, r.task) if s else None
+                    key = CellKey(host, s, r.task) if s and r.task is not None else None
                     if key is not None and key not in cells:
                         cells.append(key)
         if not cells:
