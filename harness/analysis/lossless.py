@@ -22,12 +22,12 @@ Every speculative method claims that at any temperature its output has the targe
   seeds as the strategies against the reference) shows what "no difference" looks like.
 - Size: the total-variation distance between the two samples' first m tokens (pooled categories) with a basic
   bootstrap interval, and the smallest distance these samples could detect between those categories: the least
-  detectable departure of that distance (mass moved between two halves of the outcomes), found by the chi-square
-  test on the row's categories with 80% power at the family's strictest level. Mass moved among outcomes too rare
-  to be told apart is not in that distance.
+  detectable departures of that distance (mass moved between two halves of the outcomes, at the first token and at
+  later ones), found with 80% power at the family's strictest level in a simulation on the reference's own
+  outcomes (`detectable_tv`). Mass moved among outcomes too rare to be told apart is not in that distance.
 
 Pure functions of run.json's study and the run folder's samples.jsonl; bench/distribution_calibration.py checks the
-family's error on A/A copies and the control's detection rate."""
+family's error on A/A copies, the control's detection rate and the stated distance with the permutation tests."""
 
 from __future__ import annotations
 
@@ -388,9 +388,9 @@ def detectable_tv(outcomes: tuple[tuple[int, ...], ...], n_a: int, family: int) 
     first token and at later ones; the larger figure). Simulated: DETECT_DRAWS draws from the reference reweighted
     (and from the reference itself), pooled and tested as the kit tests them; where one departure is found less often
     than that even at the largest distance these outcomes allow it, just above that distance (none farther exists
-    of its shape). Reference outcomes all alike leave no halves:
-    the two-proportion bound (mass moved onto other outcomes, two categories). Seeded by the outcomes: the same
-    samples give the same figure. bench/distribution_calibration.py checks it with the kit's permutation tests."""
+    of its shape). Reference outcomes all alike leave no halves: the two-proportion bound (mass moved onto other
+    outcomes, two categories). Seeded by the outcomes: the same samples give the same figure.
+    bench/distribution_calibration.py checks it with the kit's permutation tests."""
     n_b = len(outcomes)
     level = ALPHA / max(1, family)
     distinct = {c: i for i, c in enumerate(sorted(set(outcomes)))}
