@@ -13,7 +13,6 @@ from harness.analysis.summary import summarize
 from harness.intake import manifest as mf
 from harness.intake import suites
 from harness.report import categories as categories_report
-from harness.report.results import VERDICT_MARKS
 from harness.run import plan
 from harness.store import answers
 from harness.store.rundir import RunDir
@@ -121,7 +120,7 @@ def test_later_turns_follow_the_targets_own_answers_the_same_for_every_strategy(
     summary = summarize(rd)
     assert [(c["task"], c["category"]) for c in summary["categories"]] == [
         ("mine.qa", "qa"), ("mine.qa.t2", "qa.t2"), ("mine.rag", "rag"), ("mine.rag.t2", "rag.t2")]
-    text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    text = "\n".join(categories_report.section(summary))
     assert "| mine/qa.t2 " in text and "`<category>.t<k>`: turn k of the category's questions" in text
 
     # a resume reads the answers back and makes none again

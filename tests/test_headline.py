@@ -12,7 +12,7 @@ import pytest
 from harness import ROOT
 from harness.analysis.summary import summarize
 from harness.report import headline
-from harness.report.builds import MARKS
+from harness.report.marks import MARKS
 from harness.store.rundir import RunDir
 
 

@@ -21,7 +21,6 @@ from harness.intake import manifest as mf
 from harness.intake import suites
 from harness.models import suite_fetch
 from harness.report import categories as categories_report
-from harness.report.results import VERDICT_MARKS
 from harness.run import plan, suite_plan
 from harness.run.metadata import for_run
 from harness.store.rundir import RunDir
@@ -190,7 +189,7 @@ def test_a_spec_bench_file_validates_and_runs_through_the_fake_engine(tmp_path, 
     assert cats["mine.math"]["like_these"] is None and "generalises to no other prompt" in cats["mine.math"]["note"]
     pw = summary["categories_power"]
     assert pw["prompts"] == 2 and pw["prompts_needed"] == prompt_sample.prompts_needed(pw["spread"])
-    text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    text = "\n".join(categories_report.section(summary))
     assert f"±10% needs about {pw['prompts_needed']} prompts per category" in text
     assert "| ngram-mod  | mine/math  | 1         |" in text and "one prompt: generalises to no other prompt" in text
 
@@ -430,6 +429,6 @@ def _category(prompts: int, like: tuple[float, float] | None, rounds: int = 3) -
 ])
 def test_the_per_category_table_says_what_each_interval_can_say(cat, shown):
     summary = {"hosts": ["local"], "categories": [cat], "categories_power": None}
-    text = "\n".join(categories_report.section(summary, VERDICT_MARKS))
+    text = "\n".join(categories_report.section(summary))
     assert f"| {shown}" in text and "1.05x [0.90, 1.20] ·" in text
-    assert categories_report.section({"hosts": ["local"]}, VERDICT_MARKS) == []
+    assert categories_report.section({"hosts": ["local"]}) == []

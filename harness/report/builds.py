@@ -11,9 +11,8 @@ from tabulate import tabulate
 from harness import formatter as fm
 from harness.intake.builds import across
 from harness.report import intervals
+from harness.report.marks import NO_VERDICT, TOO_FEW, mark, too_few
 from harness.store import shapes
-
-MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:
@@ -76,11 +75,11 @@ def _text(f: shapes.BuildFigure | None) -> str:
     if not f or f.get("estimate") is None:
         return fm.DASH
     v = f["verdict"]["kind"]
-    if v == "too few rounds":
-        return f"{fm.ratio(f['estimate'])} ? too few rounds ({f['interval'].get('n', 0)})"
+    if v == TOO_FEW:
+        return too_few(f["estimate"], f["interval"].get("n", 0))
     iv = f["interval"]
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv.get("low") is not None else ""
-    return f"{fm.ratio(f['estimate'])}{span} {MARKS.get(v, '')}".rstrip() + intervals.family_span(iv, f["verdict"])
+    return f"{fm.ratio(f['estimate'])}{span} {mark(v)}".rstrip() + intervals.family_span(iv, f["verdict"])
 
 
 def _ratio_table(table: shapes.BuildTable, tasks: list[str], several_hosts: bool) -> str:
@@ -105,7 +104,7 @@ def _ratio_table(table: shapes.BuildTable, tasks: list[str], several_hosts: bool
 def _family(table: shapes.BuildTable) -> str:
     fam = table["family"]
     if not fam["cells"]:
-        return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
+        return NO_VERDICT
     braced = intervals.braces([(f["interval"], f["verdict"]) for f in [*table["cells"], *table["geomeans"]]])
     return (f"One family: {fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
             f"mean{'s' if fam['geomeans'] != 1 else ''} over tasks, {fam['tests']} tests, Holm's procedure at 5%."

@@ -4,11 +4,11 @@ with its mark) beside the interval for prompts like these (harness/analysis/prom
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from tabulate import tabulate
 
 from harness import formatter as fm
+from harness.report.marks import TOO_FEW, mark
 from harness.store import shapes
 
 #: What bench/prompt_coverage.py measured of the interval for prompts like these (2,000 simulated categories per
@@ -37,7 +37,7 @@ def like_rounds(c: shapes.CategoryJson) -> int:
     return (c["these_prompts"] or {}).get("n", 0)
 
 
-def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
+def section(summary: shapes.Summary) -> list[str]:
     """The per-category table, or nothing for a run without prompt suites."""
     cats = summary.get("categories") or []
     if not cats:
@@ -48,16 +48,16 @@ def section(summary: shapes.Summary, marks: Mapping[str, str]) -> list[str]:
         who = f"{c['host']}/{c['strategy']}" if several else c["strategy"]
         these = c["these_prompts"] or {}
         span = f" {fm.interval(these['low'], these['high'])}" if these.get("low") is not None else ""
-        mark = marks.get(c["verdict"], "")
+        sign = mark(c["verdict"])
         like = c["like_these"] or {}
         if like.get("low") is not None:
             like_text = f"{fm.ratio(c['like_these_speedup'])} {_span(like['low'], like['high'])}"
         elif c["prompts"] < 2:
             like_text = "one prompt: generalises to no other prompt"
         else:
-            like_text = f"? too few rounds ({like_rounds(c)})"
+            like_text = f"? {TOO_FEW} ({like_rounds(c)})"
         rows.append([fm.md(who), fm.md(f"{c['suite']}/{c['category']}"), str(c["prompts"]),
-                     f"{fm.ratio(c['speedup'])}{span} {mark}".rstrip() if c["speedup"] is not None else "-",
+                     f"{fm.ratio(c['speedup'])}{span} {sign}".rstrip() if c["speedup"] is not None else "-",
                      like_text])
     table = tabulate(rows, headers=["strategy", "category", "prompts", "for these prompts", "for prompts like these"],
                      tablefmt="github", disable_numparse=True)

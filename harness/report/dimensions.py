@@ -14,12 +14,12 @@ from tabulate import tabulate
 
 from harness import formatter as fm
 from harness.report import plotting
+from harness.report.marks import TOO_FEW, mark, too_few
 from harness.store import shapes
 
 #: How a dimension's values read in a sentence.
 UNITS = {"n_predict": "output tokens", "depth": "tokens of context"}
 TITLES = {"n_predict": "output length", "depth": "context depth"}
-MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 
 
 def _fixed(c: shapes.DimensionCurve) -> str:
@@ -33,10 +33,10 @@ def _who(c: shapes.DimensionCurve, several_hosts: bool) -> str:
 def point_text(p: shapes.DimensionPoint) -> str:
     if p["speedup"] is None:
         return "-"
-    if p["verdict"] == "too few rounds":
-        return f"{fm.ratio(p['speedup'])} ? too few rounds ({p['rounds']})"
+    if p["verdict"] == TOO_FEW:
+        return too_few(p["speedup"], p["rounds"])
     span = f" {fm.interval(p['low'], p['high'])}" if p["low"] is not None else ""
-    return f"{fm.ratio(p['speedup'])}{span} {MARKS.get(p['verdict'] or '', '')}".rstrip()
+    return f"{fm.ratio(p['speedup'])}{span} {mark(p['verdict'])}".rstrip()
 
 
 def sentence(c: shapes.DimensionCurve) -> str:

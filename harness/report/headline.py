@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from harness import formatter as fm
 from harness.report import intervals
-from harness.report.builds import MARKS
+from harness.report.marks import mark
 from harness.store import shapes
 
 #: Checks a cell carries whose flag is shown here (a flag is the check's own judgement that something is wrong).
@@ -26,7 +26,7 @@ def _figure(estimate: float | None, iv: shapes.IntervalJson | None, verdict: sha
         return fm.DASH
     kind = (verdict or {}).get("kind", "")
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {MARKS.get(kind, '')}".rstrip() + intervals.family_span(iv, verdict)
+    return f"{fm.ratio(estimate)}{span} {mark(kind)}".rstrip() + intervals.family_span(iv, verdict)
 
 
 def _who(host: str, strategy: str, several: bool, esc: Callable[[str], str]) -> str:

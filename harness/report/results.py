@@ -18,6 +18,7 @@ from harness.analysis import breakeven, builds, explanation, stats, tuning
 from harness.analysis import compare as cmp
 from harness.analysis.records import CellIndex
 from harness.analysis.speedups import MIN_ROUNDS
+from harness.analysis.stability import DISPERSION_CV
 from harness.analysis.summary import summarize
 from harness.files import atomic_write_text
 from harness.report import breakeven as breakeven_report
@@ -30,6 +31,7 @@ from harness.report import headline, intervals, plotting
 from harness.report import load as load_report
 from harness.report import lossless as lossless_report
 from harness.report import tuning as tuning_report
+from harness.report.marks import NO_VERDICT, TOO_FEW, mark, too_few
 from harness.store import shapes
 from harness.store.rundir import RunDir, read_run_json
 from harness.store.runmeta import RunMeta
@@ -82,9 +84,6 @@ class View:
 
     def cell(self, host: str, strategy: str, task: str) -> shapes.CellSummary | None:
         return self.grid.get((host, strategy, task))
-
-
-VERDICT_MARKS = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not significant": "·", "too few rounds": "?"}
 
 
 def _flags(c: shapes.CellSummary) -> list[str]:
@@ -225,11 +224,11 @@ def _throughput(v: View) -> tuple[str, list[str]]:
 def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdict: shapes.VerdictJson | None) -> str:
     if estimate is None:
         return "-"
-    if (verdict or {}).get("kind") == "too few rounds":
-        return f"{fm.ratio(estimate)} ? too few rounds ({(iv or {}).get('n', 0)})"
-    mark = VERDICT_MARKS.get((verdict or {}).get("kind", ""), "")
+    if (verdict or {}).get("kind") == TOO_FEW:
+        return too_few(estimate, (iv or {}).get("n", 0))
+    sign = mark((verdict or {}).get("kind"))
     span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {mark}".rstrip() + intervals.family_span(iv, verdict)
+    return f"{fm.ratio(estimate)}{span} {sign}".rstrip() + intervals.family_span(iv, verdict)
 
 
 def _speedups(v: View) -> str:
@@ -275,8 +274,8 @@ def _warnings(v: View) -> list[str]:
         items = by_kind.pop(kind, [])
         if items:
             cells = sorted({f"{v.label(c['host'], c['strategy'])} / {fm.md(c['task'])}" for c, _ in items})
-            what = {"few-rounds": "fewer than 3 paired rounds: no interval and no verdict",
-                    "dispersion": "tok/s varies more than 10% across runs"}[kind]
+            what = {"few-rounds": f"fewer than {fm.count(MIN_ROUNDS)} paired rounds: no interval and no verdict",
+                    "dispersion": f"tok/s varies more than {fm.pct(DISPERSION_CV)} across runs"}[kind]
             who = "every cell" if len(cells) >= total else ", ".join(cells[:12]) + (" ..." if len(cells) > 12 else "")
             lines.append(f"- **{kind}** ({len(cells)} of {total} cells): {what}: {who}")
     for kind, items in sorted(by_kind.items()):
@@ -438,7 +437,7 @@ def _family(fam: shapes.FamilyJson) -> str:
     """What the printed table's marks guarantee, with the family they were judged in, and what its rounds could
     mark."""
     if not fam["cells"]:
-        return "No cell has the 3 paired rounds a verdict needs: estimates only, no marks."
+        return NO_VERDICT
     text = (f"Every mark of this table, cells and geometric means alike, is judged in one family: "
             f"{fam['cells']} cell{'s' if fam['cells'] != 1 else ''} and {fam['geomeans']} geometric "
             f"mean{'s' if fam['geomeans'] != 1 else ''}, {fam['tests']} tests (differs from 1; within "
@@ -476,7 +475,7 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     for name, bv in views:
         parts += builds_report.heading(summary, name) + [_speedups(bv), ""]
     parts += [f"> {fm.md(summary['rules']['speedup'], 2000)}", ""]
-    parts += categories_report.section(summary, VERDICT_MARKS)  # a run with prompt suites
+    parts += categories_report.section(summary)  # a run with prompt suites
     parts += builds_report.section(summary)
     if plot is not None:
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
