@@ -37,7 +37,7 @@ from enum import StrEnum
 from harness.analysis import checks
 from harness.analysis import inference as inf
 from harness.analysis.records import CellIndex, CellKey, Measurement
-from harness.analysis.speedups import MIN_ROUNDS, SpeedupTable
+from harness.analysis.speedups import MIN_ROUNDS, SpeedupTable, Verdict
 from harness.store import shapes
 
 
@@ -160,11 +160,11 @@ def _decomposition(index: CellIndex, key: CellKey, baseline: str, log_speedup: f
     speedup = math.exp(log_speedup)
     if not drafted:
         cause = Cause.NOTHING_DRAFTED
-    elif verdict == "faster":
+    elif verdict == Verdict.FASTER:
         cause = Cause.PAYS
-    elif verdict == "equivalent":
+    elif verdict == Verdict.EQUIVALENT:
         cause = Cause.BALANCED
-    elif verdict != "slower":  # no mark: the estimate's side of 1 is noise, nothing to explain
+    elif verdict != Verdict.SLOWER:  # no mark: the estimate's side of 1 is noise, nothing to explain
         cause = Cause.UNDECIDED
     else:
         short_accept = math.log(offered / max(1.0, tpp.estimate)) if offered > 0 else 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness import formatter as fm
+from harness.analysis.speedups import Verdict
 from harness.report import intervals
 from harness.report.marks import mark
 from harness.store import shapes
@@ -68,7 +69,7 @@ def _best(summary: shapes.Summary, several: bool, esc: Callable[[str], str]) -> 
     best, none = [], []
     for task in summary["tasks"]:
         faster = [c for c in summary["cells"] if c["task"] == task and c.get("speedup") is not None
-                  and (c.get("verdict") or {}).get("kind") == "faster"]
+                  and (c.get("verdict") or {}).get("kind") == Verdict.FASTER]
         if faster:
             c = max(faster, key=lambda x: x["speedup"])
             best.append(f"{esc(task)} {_who(c['host'], c['strategy'], several, esc)} {fm.ratio(c['speedup'])} ▲")

@@ -5,6 +5,7 @@ shows its interval at the level of Holm's first step, which includes 1 whenever 
 from __future__ import annotations
 
 from harness import formatter as fm
+from harness.analysis.speedups import Verdict
 from harness.store import shapes
 
 
@@ -12,7 +13,7 @@ def family_span(iv: shapes.IntervalJson | None, verdict: shapes.VerdictJson | sh
     """' {0.97, 1.63}': beside an unmarked figure whose 95% interval excludes 1, its interval at the family's level
     (which includes 1: the mark is judged there); '' elsewhere."""
     fi = (verdict or {}).get("family_interval")
-    if (verdict or {}).get("kind") != "not significant" or not fi or not iv or iv.get("low") is None:
+    if (verdict or {}).get("kind") != Verdict.NOT_SIGNIFICANT or not fi or not iv or iv.get("low") is None:
         return ""
     if iv["low"] <= 1 <= iv["high"] or fi["low"] is None:
         return ""
