@@ -24,14 +24,15 @@ from harness.files import atomic_write_text
 from harness.report import breakeven as breakeven_report
 from harness.report import builds as builds_report
 from harness.report import categories as categories_report
+from harness.report import check_tables, headline, intervals, plotting
 from harness.report import compare as compare_words
 from harness.report import dimensions as dimensions_report
 from harness.report import explanation as why_report
-from harness.report import headline, intervals, plotting
 from harness.report import load as load_report
 from harness.report import lossless as lossless_report
 from harness.report import tuning as tuning_report
 from harness.report.marks import NO_VERDICT, TOO_FEW, mark, too_few
+from harness.report.view import View, table
 from harness.store import shapes
 from harness.store.rundir import RunDir, read_run_json
 from harness.store.runmeta import RunMeta
@@ -60,30 +61,6 @@ def latest_run(results_dir: Path) -> Path:
     if not runs:
         raise KitError(f"no run folders under {results_dir}; run `invoke run` first or name one")
     return max(runs)[2]
-
-
-def _table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
-
-
-class View:
-    """One run's summary as the report reads it: labels, columns and cells by key."""
-
-    def __init__(self, summary: shapes.Summary):
-        self.s = summary
-        self.several_hosts = len(summary["hosts"]) > 1
-        self.grid = {(c["host"], c["strategy"], c["task"]): c for c in summary["cells"]}
-        self.kinds = {s["id"]: s for s in summary["strategies"]}
-
-    def label(self, host: str, strategy: str) -> str:
-        return fm.md(f"{host}: {strategy}" if self.several_hosts else strategy)
-
-    def columns(self, speculative_only: bool = False) -> list[tuple[str, str]]:
-        cols = [(h, s["id"]) for h in self.s["hosts"] for s in self.s["strategies"]]
-        return [(h, s) for h, s in cols if not speculative_only or self.kinds[s]["baseline"] is not None]
-
-    def cell(self, host: str, strategy: str, task: str) -> shapes.CellSummary | None:
-        return self.grid.get((host, strategy, task))
 
 
 def _flags(c: shapes.CellSummary) -> list[str]:
@@ -169,10 +146,10 @@ def _header(summary: shapes.Summary, meta: RunMeta) -> str:
                for h, e in meta.environment.items() if e.devices]
     if devices:  # GPU backends (records since the device facts): CPU runs' headers stay as they were
         rows.insert(4, ("devices", fm.md(" | ".join(devices), 1000)))
-    out = _table([list(r) for r in rows], ["", ""])
+    out = table([list(r) for r in rows], ["", ""])
     models = [[fm.md(k), fm.md(v.file), fm.size(v.size_bytes), fm.md(v.quantization or "-"),
                fm.code(v.sha256)] for k, v in meta.models.items()]
-    return out + "\n\n" + _table(models, ["model", "file", "size", "quant", "sha256"])
+    return out + "\n\n" + table(models, ["model", "file", "size", "quant", "sha256"])
 
 
 def _quiet_wait(qw: shapes.QuietWaitSummary) -> str:
@@ -218,7 +195,7 @@ def _throughput(v: View) -> tuple[str, list[str]]:
                 notes += _notes(v, c)
             row.append(txt)
         rows.append(row)
-    return _table(rows, ["task"] + [v.label(h, s) for h, s in cols]), notes
+    return table(rows, ["task"] + [v.label(h, s) for h, s in cols]), notes
 
 
 def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdict: shapes.VerdictJson | None) -> str:
@@ -249,7 +226,7 @@ def _speedups(v: View) -> str:
         rows.append(row)
     if not rows:
         return "(no strategy with a baseline)"
-    return _table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] +
+    return table(rows, ["strategy", "vs"] + [fm.md(t) for t in v.s["tasks"]] +
                   ["geomean (for these prompts)", "for tasks like these"])
 
 
@@ -285,19 +262,6 @@ def _warnings(v: View) -> list[str]:
     return lines
 
 
-def _interference(v: View) -> str:
-    rows = []
-    for h, x in (v.s.get("interference") or {}).items():
-        rows.append([fm.md(h), x["measured"], x["disturbed"], fm.num(x["others_cores_median"]),
-                     fm.num(x["others_cores_max"]),
-                     "kept: most measurements were disturbed, the figures describe a busy machine" if x["kept"]
-                     else ("left out of the figures" if x["disturbed"] else "-")])
-    if not rows:
-        return "(not measured in this run)"
-    return _table(rows, ["host", "measured", "disturbed", "others' cores (median)", "others' cores (max)",
-                         "disturbed measurements"])
-
-
 def sensitivity_table(summary: shapes.Summary, fmt: str = "github") -> str:
     """Probe tasks: each variant against the reference prompt, per strategy."""
     several = len(summary["hosts"]) > 1
@@ -316,121 +280,6 @@ def sensitivity_table(summary: shapes.Summary, fmt: str = "github") -> str:
     return tabulate(rows, headers=(["host"] if several else []) + [
         "strategy", "variant", "tok/s vs reference", "acceptance", "speedup vs baseline",
         "output tokens as the reference's"], tablefmt=fmt, disable_numparse=True)
-
-
-def _acceptance(v: View) -> str:
-    cols = v.columns(speculative_only=True)
-    if not cols:
-        return "(no speculative strategy)"
-    rows = []
-    for t in v.s["tasks"]:
-        row = [fm.md(t)]
-        for h, s in cols:
-            c = v.cell(h, s, t)
-            if c is None or not c["runs_ok"]:
-                row.append("-")
-            elif not c["draft_n"]:
-                row.append("nothing drafted")
-            else:
-                mean_len = (c.get("server_mean_len") or {}).get("median")
-                row.append(f"{fm.pct(c['acceptance'])} of {fm.count(c['draft_n'])}, "
-                           f"{fm.num(c['tokens_per_pass']['median'])} tok/pass"
-                           + (f", mean len {fm.num(mean_len)}" if mean_len is not None else ""))
-        rows.append(row)
-    return _table(rows, ["task"] + [v.label(h, s) for h, s in cols])
-
-
-def _physics(v: View) -> str:
-    rows = []
-    for c in v.s["cells"]:
-        x = c["checks"].get("physics")
-        if not x or (v.kinds[c["strategy"]]["baseline"] is not None and not x["flagged"]):
-            continue
-        d = x["data"]
-        pb = d.get("pass_bytes") or {}
-        rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]), fm.num(d["tok_s"]),
-                     fm.num(d["tokens_per_pass"]), fm.size(pb.get("weights", d["weight_bytes"])), fm.size(pb.get("kv")),
-                     fm.size(pb.get("draft")) if pb.get("draft") else "-", fm.size(d.get("bytes_per_pass")),
-                     fm.num(d["implied_passes_s"], 1), fm.num(d["ceiling_passes_s"], 1), fm.pct(d["fraction"]),
-                     "⚠ " + fm.md(x["sentence"]) if x["flagged"] else "ok"])
-    return _table(rows, ["strategy", "task", "tok/s", "tok/pass", "weights", "KV at depth", "draft", "per pass",
-                         "passes/s", "ceiling", "of roofline", "verdict"])
-
-
-def _devices(v: View, meta: RunMeta) -> str:
-    """GPU backends: which device ran each strategy's measurements, layers offloaded, device memory; and which
-    bandwidth the physics check used."""
-    rows, seen = [], set()
-    for c in v.s["cells"]:
-        d = c.get("device")
-        key = (c["host"], c["strategy"])
-        if d is None or key in seen:
-            continue
-        seen.add(key)
-        cells = [x["device"] for x in v.s["cells"] if (x["host"], x["strategy"]) == key and x.get("device")]
-        runs = sum(x["runs"] for x in cells)
-        without = sum(x["runs_without_device"] for x in cells)
-        mib = [x["device_mib"]["median"] for x in cells if x["device_mib"]["median"] is not None]
-        rows.append([v.label(*key), fm.md(", ".join(d["devices"]) or "none: ran on the CPU"),
-                     fm.md(d["target_layers"] or "-"), fm.md(d["draft_layers"] or "-"),
-                     fm.num(sorted(mib)[len(mib) // 2] if mib else None, 1),
-                     f"{runs - without}/{runs}"])
-    if not rows:
-        return ""
-    hosts = v.s["hosts"]
-    bw = meta.bandwidth
-    lines = []
-    for h in hosts:
-        if bw and bw.on(h):
-            on = f" on {fm.md(bw.device)}" if bw.device else ""
-            lines.append(f"- physics on {fm.md(h)}: {fm.num(bw.gbs, 1)} GB/s measured by `invoke probe` "
-                         f"({fm.md(bw.kind or '?')}{on})")
-        else:
-            hw = v.s["hardware"]
-            lines.append(f"- physics on {fm.md(h)}: the manifest's {fm.plain(hw['memory_bandwidth_gbs'])} GB/s "
-                         f"({fm.md(hw['bandwidth_source'])}); no `invoke probe` measurement of this host's device")
-    return "\n".join([_table(rows, ["strategy", "device (llama.cpp's name and description)", "target layers",
-                                    "draft layers", "device MiB (median)", "runs on it"]), ""] + lines)
-
-
-def _latency(v: View) -> str:
-    rows = []
-    for c in v.s["cells"]:
-        if not c["runs_ok"]:
-            continue
-        ttft = c["ttft_s"]["median"]
-        rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]), fm.num(c["prefill_tok_s"]["median"], 1),
-                     fm.num(ttft * 1000 if ttft is not None else None, 1), fm.num(c["load_s"]["median"], 2),
-                     fm.num(c["memory_peak_mb"]["median"], 0), fm.num(c["server_decode_tok_s"]["median"])])
-    return _table(rows, ["strategy", "task", "prefill tok/s", "TTFT ms", "load s", "memory MB", "server tok/s"])
-
-
-def _concurrency(v: View) -> str:
-    rows = [[v.label(c["host"], c["strategy"]), fm.md(c["task"]), c["streams"], fm.num(c["aggregate_tok_s"]["median"]),
-             fm.num(c["per_stream_tok_s"]["median"]), fm.num(c["per_stream_tok_s"]["min"])]
-            for c in v.s["cells"] if c.get("streams", 1) > 1 and c["runs_ok"]]
-    if not rows:
-        return ""
-    return _table(rows, ["strategy", "task", "streams", "aggregate tok/s", "per-stream tok/s", "slowest stream"])
-
-
-def _determinism(v: View) -> str:
-    if not v.s["determinism"] and v.s["baseline"] is None:
-        return "(no baseline strategy: nothing to compare against)"
-    lines = [f"- **{v.label(d['host'], d['strategy'])}**: {d['identical']}/{d['tasks']} tasks byte-identical to the "
-             "baseline" for d in v.s["determinism"].values()]
-    rows = []
-    for c in v.s["cells"]:
-        x = c["checks"].get("determinism")
-        if x and x["flagged"]:
-            rows.append([v.label(c["host"], c["strategy"]), fm.md(c["task"]),
-                         x["data"].get("first_divergent_token", "-"), fm.num(x["data"].get("margin"), 3),
-                         x["data"].get("margin_rank", "-"), fm.md(x["sentence"])])
-    out = "\n".join(lines)
-    if rows:
-        out += "\n\n" + _table(rows, ["strategy", "task", "first divergent token", "baseline margin",
-                                      "rank (1 = narrowest)", "verdict"])
-    return out
 
 
 def _family(fam: shapes.FamilyJson) -> str:
@@ -481,8 +330,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
         rel = os.path.relpath(plot.resolve(), out_path.resolve().parent)
         parts += [f"![speedup per task and strategy with 95% intervals]({Path(rel).as_posix()}) {beside}".rstrip(), ""]
     parts += ["### Decode throughput (tok/s, wall clock; median ±half-range over runs)", ""]
-    for name, (table, _) in throughput:
-        parts += builds_report.heading(summary, name, short=True) + [table, ""]
+    for name, (tput, _) in throughput:
+        parts += builds_report.heading(summary, name, short=True) + [tput, ""]
     if notes:
         parts += ["Flags:", ""] + notes + ["", f"> {fm.md(summary['rules']['contamination'], 1000)}", ""]
     if summary.get("checks_ran"):
@@ -504,7 +353,8 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
         else:
             parts.append(f"every speedup interval is within ±{fm.pct(conv['target'])} after {conv['rounds']} rounds")
         parts.append("")
-    parts += ["### Interference: other work on the host during each timed request", "", _interference(v), "",
+    parts += ["### Interference: other work on the host during each timed request", "",
+              check_tables.interference(v), "",
               f"> {fm.md(summary['rules']['interference'], 1000)}", ""]
     sens = sensitivity_table(summary)
     if sens:
@@ -516,26 +366,27 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
               "Accepted of drafted (the server's timings), tokens per target pass (predicted / (predicted - "
               "accepted)), and the server's own mean accepted length per draft call where its log prints one.", ""]
     for name, bv in views:
-        parts += builds_report.heading(summary, name, short=True) + [_acceptance(bv), ""]
+        parts += builds_report.heading(summary, name, short=True) + [check_tables.acceptance(bv), ""]
     parts += ["### Physics: the memory-bandwidth roofline", "",
               "Ceiling = bandwidth / bytes one target pass reads (its weights, or for a mixture of experts the shared "
               "weights and the routed experts; the KV cache at the decode depth; the draft's weights times its "
               "steps per pass), read from the GGUF headers; implied passes/s = tok/s / tokens per pass. A figure "
               "above the ceiling is a measurement bug. Speculative cells are listed only when flagged.", "",
-              _physics(v), ""]
+              check_tables.physics(v), ""]
     parts += breakeven_report.section(summary)  # the ceiling at full acceptance, beside the roofline
-    parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "", _determinism(v), ""]
+    parts += ["### Determinism at temperature 0 (lossless in distribution, not bit-exact)", "",
+              check_tables.determinism(v), ""]
     parts += lossless_report.section(summary.get("distribution"), v.several_hosts,
                                      builds.measured_on(builds.build_names(meta)))
-    conc = _concurrency(v)
+    conc = check_tables.concurrency(v)
     if conc:
         parts += ["### Concurrency (N clients at once; aggregate = all streams' tokens / wall time)", "", conc, ""]
-    dev = _devices(v, meta)
+    dev = check_tables.devices(v, meta)
     if dev:
         parts += ["### Devices: where the measurements ran (the server's load lines)", "",
                   "Layers offloaded of the model's (target, then drafter), and the device buffers llama-server "
                   "allocated (model, KV cache, compute) in MiB.", "", dev, ""]
-    parts += ["### Prefill, time to first token, load, memory (medians)", "", _latency(v), ""]
+    parts += ["### Prefill, time to first token, load, memory (medians)", "", check_tables.latency(v), ""]
     torn = summary["measurements"].get("torn_samples_line")
     if summary["missing"] or summary["measurements"].get("torn_last_line") or torn:
         parts += ["### Missing cells", ""]
