@@ -87,6 +87,26 @@ def test_every_check_says_that_it_ran_also_when_it_finds_nothing(tmp_path):
     assert "- contamination: the naive protocol (one server per strategy): all 4 cells flagged" in text
 
 
+def test_a_new_check_is_one_row_of_the_registry_and_says_that_it_ran(tmp_path, monkeypatch):
+    """A throwaway check added as one row of summary.CHECKS_RAN: summary.json lists it after the four, schema-valid,
+    and RESULTS.md prints its sentence with theirs."""
+    from harness.analysis import summary as summary_mod
+
+    def tokens_ran(cells, interference, meta):
+        n = sum(c["runs_ok"] for c in cells)
+        return 0, f"tokens: {n} runs' outputs counted, nothing flagged"
+
+    monkeypatch.setattr(summary_mod, "CHECKS_RAN", (*summary_mod.CHECKS_RAN, ("tokens", tokens_ran)))
+    demo = next(d for d in _copy_runs(tmp_path) if d.name == "demo-cpu")
+    s = summarize(RunDir.open(demo))
+    assert [x["check"] for x in s["checks_ran"]] == ["contamination", "determinism", "physics", "interference",
+                                                      "tokens"]
+    assert schema.errors("summary", s) == []
+    rp.write([demo], tmp_path / "R.md", plot=False)
+    runs = sum(c["runs_ok"] for c in s["cells"])
+    assert f"- tokens: {runs} runs' outputs counted, nothing flagged" in (tmp_path / "R.md").read_text()
+
+
 def test_run_json_round_trips_through_the_typed_reader(tmp_path):
     meta = RunDir.open(ROOT / "results" / "demo-cpu").read_meta()
     again = RunMeta.from_json(json.loads(json.dumps(meta.to_json())), "x")

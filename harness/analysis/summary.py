@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from harness import formatter as fm
@@ -476,39 +477,68 @@ def _determinism(cells: list[shapes.CellSummary], index: CellIndex, host: str, m
         c["checks"]["determinism"] = d
 
 
+def _check(c: shapes.CellSummary, name: str) -> shapes.Check:
+    return c["checks"][name]
+
+
+def _contamination_ran(cells: list[shapes.CellSummary], interference: dict[str, shapes.HostInterference],
+                       meta: RunMeta) -> tuple[int, str]:
+    con = [c for c in cells if "contamination" in c["checks"]]
+    data = [_check(c, "contamination")["data"] for c in con]
+    flagged = sum(_check(c, "contamination")["flagged"] for c in con)
+    return flagged, words.contamination_ran(
+        len(con), sum(c["runs_ok"] for c in con), sum(d["fingerprint"]["identical"] for d in data),
+        sum(c["draft_n"] > 0 for c in con), sum(d["trend"]["testable"] for d in data),
+        max((d["family"] for d in data), default=0), flagged, meta.protocol == "reuse-server")
+
+
+def _determinism_ran(cells: list[shapes.CellSummary], interference: dict[str, shapes.HostInterference],
+                     meta: RunMeta) -> tuple[int, str]:
+    det = [c for c in cells if "determinism" in c["checks"]]
+    spec = [c for c in det if meta.strategy(c["strategy"]).speculative]
+    base = [c for c in det if not meta.strategy(c["strategy"]).speculative]
+    same = sum(1 for c in spec if not _check(c, "determinism")["flagged"])
+    unstable = sum(_check(c, "determinism")["flagged"] for c in base)
+    return len(spec) - same + unstable, words.determinism_ran(
+        len({(c["host"], c["strategy"]) for c in spec}), len(spec),
+        sum(_check(c, "determinism")["data"].get("runs", 1) for c in spec), same, len(base), len(base) - unstable)
+
+
+def _physics_ran(cells: list[shapes.CellSummary], interference: dict[str, shapes.HostInterference],
+                 meta: RunMeta) -> tuple[int, str]:
+    phy = [_check(c, "physics") for c in cells if "physics" in c["checks"]]
+    bw = sorted({f"{fm.gbs(x['data']['bandwidth_gbs'])} ({x['data']['bandwidth_source']})" for x in phy})
+    above = sum(x["flagged"] for x in phy)
+    return above, words.physics_ran(len(phy), above, max((x["data"]["fraction"] for x in phy), default=None),
+                                    ", ".join(bw))
+
+
+def _interference_ran(cells: list[shapes.CellSummary], interference: dict[str, shapes.HostInterference],
+                      meta: RunMeta) -> tuple[int, str]:
+    inter = list(interference.values())
+    disturbed = sum(x["disturbed"] for x in inter)
+    return disturbed, words.interference_ran(
+        sum(x["measured"] for x in inter), disturbed, sum(x["retaken"] for x in inter),
+        [h for h, x in interference.items() if x["kept"]])
+
+
+#: The checks that say what they compared in every run, in the order RESULTS.md lists them: each is its name and
+#: what it found over a run's cells (how many it flagged, and the sentence). A new check is one row here.
+CHECKS_RAN: tuple[tuple[str, Callable[[list[shapes.CellSummary], dict[str, shapes.HostInterference], RunMeta],
+                                      tuple[int, str]]], ...] = (
+    ("contamination", _contamination_ran), ("determinism", _determinism_ran), ("physics", _physics_ran),
+    ("interference", _interference_ran))
+
+
 def checks_ran(cells: list[shapes.CellSummary], interference: dict[str, shapes.HostInterference],
                meta: RunMeta) -> list[shapes.CheckRan]:
     """One line per check, whether it found anything or not: what it compared, in how many cells and runs, and what
     it found (a check that passes is otherwise invisible)."""
-    def check(c: shapes.CellSummary, name: str) -> shapes.Check:
-        return c["checks"][name]
-
-    con = [c for c in cells if "contamination" in c["checks"]]
-    data = [check(c, "contamination")["data"] for c in con]
-    flagged = sum(check(c, "contamination")["flagged"] for c in con)
-    out = [("contamination", flagged, words.contamination_ran(
-        len(con), sum(c["runs_ok"] for c in con), sum(d["fingerprint"]["identical"] for d in data),
-        sum(c["draft_n"] > 0 for c in con), sum(d["trend"]["testable"] for d in data),
-        max((d["family"] for d in data), default=0), flagged, meta.protocol == "reuse-server"))]
-    det = [c for c in cells if "determinism" in c["checks"]]
-    spec = [c for c in det if meta.strategy(c["strategy"]).speculative]
-    base = [c for c in det if not meta.strategy(c["strategy"]).speculative]
-    same = sum(1 for c in spec if not check(c, "determinism")["flagged"])
-    unstable = sum(check(c, "determinism")["flagged"] for c in base)
-    out.append(("determinism", len(spec) - same + unstable, words.determinism_ran(
-        len({(c["host"], c["strategy"]) for c in spec}), len(spec),
-        sum(check(c, "determinism")["data"].get("runs", 1) for c in spec), same, len(base), len(base) - unstable)))
-    phy = [check(c, "physics") for c in cells if "physics" in c["checks"]]
-    bw = sorted({f"{fm.gbs(x['data']['bandwidth_gbs'])} ({x['data']['bandwidth_source']})" for x in phy})
-    above = sum(x["flagged"] for x in phy)
-    out.append(("physics", above, words.physics_ran(len(phy), above, max((x["data"]["fraction"] for x in phy),
-                                                                           default=None), ", ".join(bw))))
-    inter = list(interference.values())
-    disturbed = sum(x["disturbed"] for x in inter)
-    out.append(("interference", disturbed, words.interference_ran(
-        sum(x["measured"] for x in inter), disturbed, sum(x["retaken"] for x in inter),
-        [h for h, x in interference.items() if x["kept"]])))
-    return [{"check": name, "found": found, "sentence": sentence} for name, found, sentence in out]
+    out: list[shapes.CheckRan] = []
+    for name, ran in CHECKS_RAN:
+        found, sentence = ran(cells, interference, meta)
+        out.append({"check": name, "found": found, "sentence": sentence})
+    return out
 
 
 def _determinism_totals(cells: list[shapes.CellSummary], meta: RunMeta) -> dict[str, shapes.DeterminismTotal]:
