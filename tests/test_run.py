@@ -326,3 +326,35 @@ def test_kit_containers_while_another_run_on_the_engine_removes_its_own(demo_ima
     assert len(churned) > 20 and listings > 200, (len(churned), listings)
     assert lost == [], f"{len(lost)} of {listings} listings failed: {lost[0]}"
     assert engine.kit_containers(run_id) == []
+
+
+def test_a_tiny_load_study_on_real_servers_reads_their_counters(tmp_path, demo_image, models_dir):
+    """The load study end to end on the demo's real llama-server: one fresh container per strategy, level and round,
+    open-loop sends, and the server's own /metrics counters after the warm-up and after the level."""
+    from harness.report import results as rp
+    from harness.store import load as store
+
+    raw = yaml.safe_load(DEMO.read_text())
+    raw.pop("distribution")
+    raw["strategies"] = [{"id": "baseline", "spec_type": "none"}, {"id": "ngram-mod", "spec_type": "ngram-mod"}]
+    raw["load"] = {"rates": [4], "requests": 3, "warmup": 1, "rounds": 2, "slots": [2], "tasks": ["json-out"],
+                   "slo": {"ttft_ms": 5000}}
+    p = write_manifest(tmp_path, yaml.safe_dump(raw, allow_unicode=True), "load.yaml")
+    out = runner.run(trusted(p), results_dir=tmp_path / "r", models_dir=models_dir, run_id="ld", progress=False,
+                     log=lambda s: None, load=True)
+    assert "load study: 4 levels measured, 0 failed" in out, out
+    levels = store.read(tmp_path / "r" / "ld")
+    assert sorted((x["strategy"], x["round"]) for x in levels) == [
+        ("baseline", 1), ("baseline", 2), ("ngram-mod", 1), ("ngram-mod", 2)]  # one slot count: no @2
+    assert len({x["container_id"] for x in levels}) == 4  # a fresh server each
+    for x in levels:
+        assert x["status"] == "ok" and "--metrics" in x["server_command"], x.get("failure")
+        assert all(r["error"] is None and r["output_tokens"] > 0 for r in x["requests"]), x["requests"]
+    drafted = [x["spec_counters"] for x in levels if x["speculative"]]
+    assert all("drafts" in c for c in drafted), drafted  # the real server's counters, after minus before
+    assert any(c["draft_tokens"] > 0 and 0 <= c["accepted"] <= c["draft_tokens"] for c in drafted), drafted
+    assert LocalEngine().kit_containers("ld") == []
+    rp.write([tmp_path / "r" / "ld"], tmp_path / "R.md", plot=False)
+    text = (tmp_path / "R.md").read_text()
+    assert "### Serving under load" in text and "(complete, the load study alone)" in text
+    assert "| 2 | 4 | ngram-mod |" in text

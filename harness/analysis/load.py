@@ -306,7 +306,8 @@ def by_arm(levels: Sequence[store.Level], slo: Slo) -> Mapping[str, list[tuple[s
 
 
 def band(values: Sequence[float | None]) -> tuple[float | None, float | None, float | None]:
-    """The rounds' mean of a figure and a Student-t 95% interval on it (None below 2 values)."""
+    """The rounds' mean of a figure and a Student-t 95% interval on it (None below 2 values); the interval of a
+    figure that cannot be negative (a rate, a throughput) stops at 0."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if not len(x):
         return None, None, None
@@ -314,4 +315,4 @@ def band(values: Sequence[float | None]) -> tuple[float | None, float | None, fl
     if len(x) < 2:
         return m, None, None
     h = float(sps.t.isf((1 - CONFIDENCE) / 2, len(x) - 1)) * float(np.std(x, ddof=1)) / math.sqrt(len(x))
-    return m, m - h, m + h
+    return m, (max(0.0, m - h) if x.min() >= 0 else m - h), m + h

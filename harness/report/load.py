@@ -6,7 +6,7 @@ the figures come from harness/analysis/load.py."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import formatter as fm
@@ -19,17 +19,18 @@ MARKS = {1: "▲", -1: "▼", 0: ""}
 FIGURE_NAMES = {"goodput": "goodput", "output_tok_s": "output tok/s", "p99_tpot": "p99 TPOT"}
 
 
-def crossover_words(x: judged.Crossover) -> str:
-    """One arm's crossover for one figure, saying only what the marks show."""
-    name, arm = FIGURE_NAMES[x.figure], fm.md(x.arm)
+def crossover_words(x: judged.Crossover, escape: Callable[[object], str] = fm.md, strong: str = "**") -> str:
+    """One arm's crossover for one figure, saying only what the marks show (names through `escape`, the crossover
+    itself between `strong`)."""
+    name, arm = FIGURE_NAMES[x.figure], escape(x.arm)
     if x.worse_from is None:
         return (f"{arm}, {name}: the crossover is not within the rates measured"
                 + (f" (speculation better up to {fm.plain(x.pays_up_to)} req/s)" if x.pays_up_to else
                    " (no level marked either way)"))
     if x.pays_up_to is None:
         return f"{arm}, {name}: speculation worse from {fm.plain(x.worse_from)} req/s, better at no rate measured"
-    return (f"**{arm}, {name}: speculation stops paying between {fm.plain(x.pays_up_to)} and {fm.plain(x.worse_from)} "
-            f"req/s** (the estimate crosses 1 near {fm.sig(x.estimate)} req/s)")
+    return (f"{strong}{arm}, {name}: speculation stops paying between {fm.plain(x.pays_up_to)} and "
+            f"{fm.plain(x.worse_from)} req/s{strong} (the estimate crosses 1 near {fm.sig(x.estimate)} req/s)")
 
 
 def _slo(levels: Sequence[store.Level]) -> Slo:
@@ -39,7 +40,7 @@ def _slo(levels: Sequence[store.Level]) -> Slo:
 def _cell(c: judged.Cell | None) -> str:
     if c is None or c.estimate is None:
         return fm.DASH
-    return f"{fm.ratio(c.estimate)} {fm.interval(c.low, c.high)}{MARKS[c.mark]}".strip()
+    return f"{fm.ratio(c.estimate)} {fm.interval(c.low, c.high)} {MARKS[c.mark]}".strip()
 
 
 def _band(values: Sequence[float | None], nd: int = 2) -> str:
@@ -113,13 +114,35 @@ def plot(levels: Sequence[store.Level], path: Path) -> Path | None:
                     lo.append(m - (a if a is not None else m))
                     hi.append((b if b is not None else m) - m)
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=plotting.label(arm, 40))
+        rates = sorted({r for a in arms.values() for _, r, _ in a if r is not None})
         for ax, title in ((axes[0], "goodput (req/s meeting every SLO)"), (axes[1], "p99 TPOT (ms)")):
             ax.set_xscale("log")
+            ax.minorticks_off()  # the offered rates are the ticks, written as plain numbers (no mathtext)
+            ax.set_xticks(rates, [fm.plain(r) for r in rates])
             ax.set_xlabel("offered rate (req/s)")
             ax.set_title(title, parse_math=False)
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
         return plotting.save(plt, fig, path)
+
+
+def terminal(run_dir: Path, run_id: str) -> str:
+    """A load study's headline for a terminal: what was measured and each arm's crossover ('' without a study)."""
+    levels = store.read(run_dir)
+    if not levels:
+        return ""
+    _, j = table(levels)
+    arms = {x["strategy"] for x in levels}
+    head = (f"{fm.console(run_id)}: load study, {len(arms)} arms, {fm.count(len(levels))} levels on fresh servers; "
+            f"speculation over {fm.console(levels[0]['baseline'])} per level (Holm over {j.family} cells):")
+    tail = [f"  {fm.count(len(j.not_offered))} levels could not be offered"] if j.not_offered else []
+    tail += [f"  {fm.count(len(j.failed))} levels failed"] if j.failed else []
+    return "\n".join([head, *(f"  {crossover_words(x, fm.console, '')}" for x in j.crossovers), *tail])
+
+
+def measured(run_dir: Path) -> bool:
+    """Whether the run folder holds a load study's levels."""
+    return store.path_of(run_dir).is_file()
 
 
 def section(run_dir: Path, out_path: Path, draw: bool = True) -> str:

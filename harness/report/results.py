@@ -89,7 +89,7 @@ def _unconfirmed(meta: RunMeta) -> str:
             "every sweep figure below is the sweep's own, unconfirmed (the best of several reads high)")
 
 
-def _header(summary: shapes.Summary, meta: RunMeta) -> str:
+def _header(summary: shapes.Summary, meta: RunMeta, load_alone: bool = False) -> str:
     b = meta.build
     plan, src = b.plan, b.source
     source = (f"sdist {src.get('package')}=={src.get('version')} (sha256 {str(src.get('sha256', ''))[:12]})"
@@ -128,6 +128,10 @@ def _header(summary: shapes.Summary, meta: RunMeta) -> str:
         rows[1] = ("run", f"{summary['run_id']} ({summary['status']}, the sampling study alone)")
         rows[-2:] = [("protocol", f"one fresh container per batch of samples, rounds shuffled (seed "
                                   f"{meta.plan.shuffle_seed})")]
+    if load_alone:  # a load study measured alone: its levels are in its own section
+        rows[1] = ("run", f"{summary['run_id']} ({summary['status']}, the load study alone)")
+        rows[-2:] = [("protocol", "one fresh server per strategy, slot count, level and round (the load study's "
+                                  "section below)")]
     if meta.builds:  # several builds: each one's image and source (their tables name them too)
         rows[4:6] = [("builds", fm.md("; ".join(f"{n}: {r.tag} ({r.image_id[:19]}), {builds.source_text(r)}"
                                                 for n, r in meta.builds.items()), 1000))]
@@ -301,7 +305,9 @@ def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path |
     """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
-    parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta), ""]
+    load_alone = not summary["measurements"]["planned"] and load_report.measured(rd.path)
+    parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta, load_alone),
+             ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
         return "\n".join(parts + lossless_report.section(summary["distribution"], v.several_hosts,
                                                                 builds.measured_on(builds.build_names(meta)))
@@ -489,8 +495,10 @@ def headlines(run_dirs: list[Path]) -> str:
     """What each run says (harness/report/headline.py), from the summary.json `write` left in its folder."""
     out = []
     for d in run_dirs:
-        text = headline.terminal(json.loads((RunDir.open(d).path / "summary.json").read_text(encoding="utf-8")))
-        out += [text, ""] if text else []
+        rd = RunDir.open(d)
+        text = headline.terminal(json.loads((rd.path / "summary.json").read_text(encoding="utf-8")))
+        load = load_report.terminal(rd.path, rd.path.name)
+        out += [x for x in (text, load) if x] + [""] if text or load else []
     return "\n".join(out).rstrip()
 
 
@@ -521,7 +529,10 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
                         + tuning_report.section(summary, out_path, extra)
                         + dimensions_report.section(summary, out_path, dims)
                         + why_report.section(summary, out_path, why, list(summaries.values()))
-                        + completion_text(summary) + load_report.section(rd.path, out_path, plot))
+                        + completion_text(summary))
+        load = load_report.section(rd.path, out_path, plot)
+        if load:  # the load study's section, a blank line after what came before
+            sections[-1] = sections[-1].rstrip("\n") + "\n\n" + load
         names.append(summary["manifest"]["name"])
     real = [breakeven.split(rd.read_meta(), rd.measurements()) for rd in map(RunDir.open, run_dirs)]
     parity = why_report.parity_section(explanation.report_parity([(m, CellIndex(r)) for m, r in real]))
