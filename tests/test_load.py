@@ -77,16 +77,16 @@ def test_a_wrong_load_field_is_one_line_naming_the_file_and_the_field(tmp_path, 
 def test_the_committed_load_manifests_validate_and_state_levels_requests_and_time():
     m = mf.load(GEMMA)
     s = m.load
-    assert s is not None and s.rates == (0.25, 0.5, 1.0, 2.0) and s.slots == (1, 4) and s.warmup == 2
+    assert s is not None and s.rates == (0.5, 1.0, 2.0) and s.slots == (1, 4) and s.warmup == 2
     assert [a.id for a in load_block.arms(s, m.strategies)] == [
         "baseline@1", "ngram-mod@1", "ngram-simple@1", "baseline@4", "ngram-mod@4", "ngram-simple@4"]
     assert [a.parallel for a in load_block.arms(s, m.strategies)] == [1, 1, 1, 4, 4, 4]
     lines = load_block.describe(s)
-    assert load_block.total_requests(s) == 6 * 3 * 4 * (16 + 2)
-    assert lines[-1].startswith("  in all: 1,296 requests, about ")
-    # sending time: (16 + 2) / rate per level, and a server start per level
+    assert load_block.total_requests(s) == 6 * 3 * 3 * (12 + 2)
+    assert lines[-1].startswith("  in all: 756 requests, about ")
+    # sending time: (12 + 2) / rate per level, and a server start per level
     minutes = float(lines[-1].split("about ")[1].split(" min")[0])
-    expected = 6 * 3 * (sum(18 / r for r in s.rates) + 4 * load_block.START_ESTIMATE_S) / 60
+    expected = 6 * 3 * (sum(14 / r for r in s.rates) + 3 * load_block.START_ESTIMATE_S) / 60
     assert abs(minutes - expected) < 0.1
     spark = mf.load(ROOT / "manifests" / "spark-qwen3.8-27b.yaml", check_files=False)
     assert spark.load is not None and spark.load.strategies[0] == "baseline" and len(spark.load.strategies) == 4
@@ -415,3 +415,52 @@ def test_a_sweep_measures_synchronous_and_throughput_then_the_rates_between_from
     assert len(between) == 2 and base["synchronous"] < between[0] < between[1] < base["throughput"]
     sync = next(x for x in levels if x["mode"] == "synchronous")["requests"]
     assert all(b["sent_s"] >= a["sent_s"] + a["e2el_s"] - 1e-3 for a, b in zip(sync, sync[1:], strict=False))
+
+
+def test_the_committed_load_run_states_each_levels_achieved_rate_and_says_only_what_its_marks_show():
+    """results/load-gemma3-270m (the manifest above, measured on this kind of 2-core machine): every planned
+    (arm, level, round) is a line of load.jsonl with its achieved send rate; RESULTS.md's section has a row per
+    arm and level with the rate sent, the plot, and a crossover sentence per arm and figure that the table's marks
+    bear out."""
+    import re
+
+    run = ROOT / "results" / "load-gemma3-270m"
+    levels = store.read(run)
+    s = mf.load(GEMMA).load
+    arms = [a.id for a in load_block.arms(s, mf.load(GEMMA).strategies)]
+    got = {(x["strategy"], x["level"], x["round"]) for x in levels}
+    assert got == {(a, lv, r) for a in arms for lv in s.level_names() for r in range(1, 4)}
+    assert all(x["status"] == "ok" and len(x["requests"]) == s.requests for x in levels)
+    assert all(judged.achieved(x).send_rate > 0 for x in levels)
+    text = (ROOT / "RESULTS.md").read_text(encoding="utf-8").split("## Run load-gemma3-270m", 1)[1]
+    text = text.split("\n## ", 1)[0]
+    assert "(complete, the load study alone)" in text and "0 ok, 0 failed of 0 planned" not in text
+    assert "![goodput and p99 TPOT against the offered rate, 95% intervals](results/load-gemma3-270m/load.png)" in text
+    rows = [ln.split(" | ") for ln in text.splitlines() if re.match(r"\| [14] \| ", ln)]
+    assert len(rows) == len(arms) * len(s.level_names())
+    marks: dict[tuple[str, str], dict[float, str]] = {}
+    for r in rows:
+        assert re.fullmatch(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", r[3]), r  # sent (req/s), with its interval
+        assert not re.search(r"\[-", r[5]), r  # a goodput's interval stops at 0
+        for figure, cell in zip(("goodput", "p99 TPOT"), (r[11], r[13].rstrip(" |")), strict=True):
+            mark = "▲" if cell.endswith("▲") else "▼" if cell.endswith("▼") else ""
+            marks.setdefault((r[2], figure), {})[float(r[1])] = mark
+    said = re.findall(r"^- \**(\S+), (goodput|p99 TPOT): (.*)$", text, re.M)
+    speculative = [a for a in arms if not a.startswith("baseline")]
+    assert sorted((a, f) for a, f, _ in said) == sorted((a, f) for a in speculative for f in ("goodput", "p99 TPOT"))
+    for arm, figure, words in said:
+        by_rate = marks[(arm, figure)]
+        if "no level marked either way" in words:
+            assert set(by_rate.values()) == {""}, (arm, figure, by_rate)
+        elif m := re.search(r"speculation better up to ([\d.]+) req/s", words):
+            up_to = float(m.group(1))
+            assert by_rate[up_to] == "▲" and "▼" not in by_rate.values(), (arm, figure, by_rate)
+        else:
+            lo, hi = map(float, re.search(r"between ([\d.]+) and ([\d.]+) req/s", words).groups())
+            assert by_rate[lo] == "▲" and by_rate[hi] == "▼", (arm, figure, by_rate)
+    # the terminal after `invoke report` says the same, one line per arm and figure
+    from harness.report import load as load_report
+
+    said_there = load_report.terminal(run, run.name).splitlines()
+    assert said_there[0].startswith("load-gemma3-270m: load study, 6 arms, 54 levels on fresh servers")
+    assert [ln.strip() for ln in said_there[1:]] == [f"{a}, {f}: {w}".replace("**", "") for a, f, w in said]
