@@ -90,13 +90,13 @@ def test_every_check_says_that_it_ran_also_when_it_finds_nothing(tmp_path):
 def test_a_new_check_is_one_row_of_the_registry_and_says_that_it_ran(tmp_path, monkeypatch):
     """A throwaway check added as one row of summary.CHECKS_RAN: summary.json lists it after the four, schema-valid,
     and RESULTS.md prints its sentence with theirs."""
-    from harness.analysis import summary as summary_mod
+    from harness.analysis import summary as sm
 
     def tokens_ran(cells, interference, meta):
         n = sum(c["runs_ok"] for c in cells)
         return 0, f"tokens: {n} runs' outputs counted, nothing flagged"
 
-    monkeypatch.setattr(summary_mod, "CHECKS_RAN", (*summary_mod.CHECKS_RAN, ("tokens", tokens_ran)))
+    monkeypatch.setattr(sm, "CHECKS_RAN", (*sm.CHECKS_RAN, ("tokens", tokens_ran)))
     demo = next(d for d in _copy_runs(tmp_path) if d.name == "demo-cpu")
     s = summarize(RunDir.open(demo))
     assert [x["check"] for x in s["checks_ran"]] == ["contamination", "determinism", "physics", "interference",
