@@ -4,9 +4,8 @@ needs to pay on this machine, the length it achieves, and its ceiling at full ac
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from harness import formatter as fm
+from harness.report import view
 from harness.store import shapes
 
 
@@ -80,7 +79,7 @@ def section(summary: shapes.Summary) -> list[str]:
                     + [_length(be["length"], be["lo"], be["hi"]) if be else fm.DASH,
                        _length(a["length"], a["lo"], a["hi"]) if a else fm.DASH,
                        f"{fm.ratio(c['ceiling']['speedup'])} (L={c['ceiling']['length']})"])
-    out += [tabulate(rows, headers=["strategy", "task"] + [f"L={fm.plain(x)}" for x in lengths]
-                     + ["break-even L", "achieved L", "ceiling"], tablefmt="github", disable_numparse=True), ""]
+    out += [view.table(rows, ["strategy", "task"] + [f"L={fm.plain(x)}" for x in lengths]
+                       + ["break-even L", "achieved L", "ceiling"]), ""]
     out += [f"- {sentence(c, several)}" for c in part["curves"]] + [""]
     return out

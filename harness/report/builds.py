@@ -4,19 +4,11 @@ changed). Every name from the run folder is escaped for Markdown."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from tabulate import tabulate
-
 from harness import formatter as fm
 from harness.intake.builds import across
-from harness.report import intervals
+from harness.report import intervals, view
 from harness.report.marks import NO_VERDICT, TOO_FEW, mark, too_few
 from harness.store import shapes
-
-
-def _table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def by_build(summary: shapes.Summary) -> list[tuple[str | None, shapes.Summary]]:
@@ -98,7 +90,7 @@ def _ratio_table(table: shapes.BuildTable, tasks: list[str], several_hosts: bool
         rows.append(row)
     if not rows:
         return "(no strategy measured on both builds)"
-    return _table(rows, ["strategy", "B / A"] + [fm.md(t) for t in tasks] + ["geomean"])
+    return view.table(rows, ["strategy", "B / A"] + [fm.md(t) for t in tasks] + ["geomean"])
 
 
 def _family(table: shapes.BuildTable) -> str:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tabulate import tabulate
-
 from harness import formatter as fm
+from harness.report import view
 from harness.report.marks import TOO_FEW, mark
 from harness.store import shapes
 
@@ -59,8 +58,7 @@ def section(summary: shapes.Summary) -> list[str]:
         rows.append([fm.md(who), fm.md(f"{c['suite']}/{c['category']}"), str(c["prompts"]),
                      f"{fm.ratio(c['speedup'])}{span} {sign}".rstrip() if c["speedup"] is not None else "-",
                      like_text])
-    table = tabulate(rows, headers=["strategy", "category", "prompts", "for these prompts", "for prompts like these"],
-                     tablefmt="github", disable_numparse=True)
+    table = view.table(rows, ["strategy", "category", "prompts", "for these prompts", "for prompts like these"])
     rule = ("> For these prompts: the speedup table's cell, rounds random and its prompts fixed, marked by that "
             "table's Holm family. For prompts like these: the category's prompts random and each prompt's rounds "
             "nested within it, a t-interval of the mean of the prompts' mean log speedups from their spread (k - 1 "

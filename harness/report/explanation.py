@@ -8,21 +8,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from tabulate import tabulate
 
 from harness import formatter as fm
 from harness.report import breakeven as breakeven_report
-from harness.report import plotting
+from harness.report import plotting, view
 from harness.store import shapes
 
 #: Positions shown as columns of the by-position table (the plot shows them all).
 TABLE_POSITIONS = 8
-
-
-def _table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def _who(x: shapes.DecompositionJson | shapes.PositionFigures, several_hosts: bool) -> str:
@@ -82,7 +75,7 @@ def decomposition_table(summary: shapes.Summary) -> str:
                "what decides"]
     if timed:
         headers += ["draft share of decode", "verify pass ms (baseline's)"]
-    return _table(rows, headers)
+    return view.table(rows, headers)
 
 
 DECOMPOSITION_RULE = (
@@ -113,7 +106,7 @@ def positions_table(summary: shapes.Summary) -> str:
         mean_len = 1 + sum(shares)  # 1 + accepted tokens per call
         rows.append([_who(p, several), fm.md(", ".join(p["sources"])), fm.count(p['calls']), fm.num(mean_len)]
                     + [fm.pct(shares[k]) if k < len(shares) else "-" for k in range(width)] + [last])
-    return _table(rows, ["strategy", "from", "draft calls", "mean accepted length"]
+    return view.table(rows, ["strategy", "from", "draft calls", "mean accepted length"]
                   + [f"k={k + 1}" for k in range(width)] + ["last"])
 
 
@@ -129,7 +122,7 @@ def positions_fallback(summary: shapes.Summary) -> list[str]:
     return [f"{fm.count(part['requests_without'])} speculative request(s) of this run carry no per-position figures: "
             f"{fm.md(part['note'], 600)}. Shown for them: the server's mean accepted length per draft call "
             "(1 + accepted / calls), per request.", "",
-            _table(rows, ["strategy", "requests", "mean accepted length (median)", "range"]), ""]
+            view.table(rows, ["strategy", "requests", "mean accepted length (median)", "range"]), ""]
 
 
 def plot_positions(summary: shapes.Summary, path: Path) -> Path | None:
@@ -214,7 +207,7 @@ def requests_table(summary: shapes.Summary, peer: shapes.Summary | None) -> tupl
                     "the same prompt (≠): the server's state carried over from the requests before.")
     else:
         sentence = "No fresh-container run of the same manifest is in this report to hold these requests against."
-    return _table(rows, headers), sentence
+    return view.table(rows, headers), sentence
 
 
 def plot_requests(summary: shapes.Summary, peer: shapes.Summary | None, path: Path) -> Path | None:
@@ -279,7 +272,7 @@ def parity_text(found: list[shapes.ParityJson]) -> str:
             named.append(f"- **{fm.md(p['strategy'])} / {fm.md(p['task'])}**: {fm.pct(p['acceptance_a'], 1)} "
                          f"with {a}, {fm.pct(p['acceptance_b'], 1)} with {b}: the same model files, prompts and "
                          "sampling accept differently, beyond the run-to-run spread: a finding, not noise.")
-    return "\n".join([_table(rows, ["strategy", "task", "A", "B", "acceptance A", "acceptance B", "B - A (95%)",
+    return "\n".join([view.table(rows, ["strategy", "task", "A", "B", "acceptance A", "acceptance B", "B - A (95%)",
                                     "paired by", "verdict"]), ""] + named)
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 
-from tabulate import tabulate
-
 from harness import formatter as fm
 from harness.analysis import lossless
+from harness.report import view
 from harness.store import shapes
 
 #: Short names of the tests in the order lossless.TESTS lists them.
@@ -88,9 +87,8 @@ def table(study: shapes.StudySummary, several_hosts: bool) -> str:
              stage1(r), stage2(r), tv(r), fm.num(r.get("detectable_tv")), tests(r, settings["prefix"]),
              f"{r['samples']} vs {r['reference_samples']}"] for r in study["rows"]]
     m = settings["prefix"]
-    return tabulate(rows, headers=["strategy", "task", "seeded equality (stage 1)", "distribution (stage 2)",
-                                   f"TV, first {m} tokens [95%]", "could detect TV ≥", "p per test", "samples"],
-                    tablefmt="github", disable_numparse=True)
+    return view.table(rows, ["strategy", "task", "seeded equality (stage 1)", "distribution (stage 2)",
+                             f"TV, first {m} tokens [95%]", "could detect TV ≥", "p per test", "samples"])
 
 
 def divergences(study: shapes.StudySummary, several_hosts: bool, limit: int = 12) -> list[str]:

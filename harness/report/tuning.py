@@ -6,17 +6,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
-
-from tabulate import tabulate
 
 from harness import formatter as fm
-from harness.report import plotting
+from harness.report import plotting, view
 from harness.store import shapes
-
-
-def _table(rows: list[list[Any]], headers: list[str]) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def _fig(f: shapes.FigureJson | None) -> str:
@@ -98,7 +91,7 @@ def sweep_text(res: shapes.SweepJson, several_hosts: bool, selection: list[int] 
         rows.append([fm.md(c["combination"]), _fig(c["figure"]),
                      fm.DASH if c["combination"] == overall["best"] else _fig(c["vs_best"]),
                      fm.num(c["p_holm"], 3), mark] + ([_fig(confirmed.get(c["combination"]))] if conf else []))
-    out += [_table(rows, ["combination", f"speedup, selection {sel}", "vs best, by round", "p (Holm)", ""]
+    out += [view.table(rows, ["combination", f"speedup, selection {sel}", "vs best, by round", "p (Holm)", ""]
                    + ([f"confirmed, {conf_rounds}"] if conf else [])), ""]
     if res["tasks"]:
         two = [c for c in (conf["winner"], conf["runner_up"]) if c] if conf else []
@@ -113,7 +106,7 @@ def sweep_text(res: shapes.SweepJson, several_hosts: bool, selection: list[int] 
                         + [_fig(per[c].get(t["task"])) for c in two])
         out += [f"Per task (best and not distinguishable from it in the selection {sel}"
                 + (f"; the two confirmed, in the confirmation {conf_rounds}" if conf else "") + "):", "",
-                _table(rows, ["task", "best", f"speedup, selection {sel}", "not distinguishable from it"]
+                view.table(rows, ["task", "best", f"speedup, selection {sel}", "not distinguishable from it"]
                        + [f"{fm.md(c)}, confirmed" for c in two]), ""]
     return out
 
@@ -130,7 +123,7 @@ def serving_text(part: shapes.ServingJson, several_hosts: bool) -> list[str]:
                          fm.interval(agg["low"], agg["high"], 1) if agg["low"] is not None else fm.DASH,
                          fm.rate(p["per_stream_tok_s"]), fm.num(p["tpot_ms"], 1), fm.num(p["ttft_ms"], 1),
                          fm.num(p["itl_p50_ms"], 1), fm.num(p["itl_p99_ms"], 1), spec])
-    out = [_table(rows, ["strategy", "clients", "aggregate tok/s", "95% interval", "per-stream tok/s",
+    out = [view.table(rows, ["strategy", "clients", "aggregate tok/s", "95% interval", "per-stream tok/s",
                          "ms per token", "TTFT ms", "ITL p50 ms", "ITL p99 ms", "speculating (/slots)"]), ""]
     for c in part["crossovers"]:
         steps = []
