@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness import formatter as fm
 from harness.intake.builds import across
 from harness.report import intervals, view
-from harness.report.marks import NO_VERDICT, TOO_FEW, mark, too_few
+from harness.report.marks import NO_VERDICT, TOO_FEW, marked, too_few
 from harness.store import shapes
 
 
@@ -69,9 +69,7 @@ def _text(f: shapes.BuildFigure | None) -> str:
     v = f["verdict"]["kind"]
     if v == TOO_FEW:
         return too_few(f["estimate"], f["interval"].get("n", 0))
-    iv = f["interval"]
-    span = f" {fm.interval(iv['low'], iv['high'])}" if iv.get("low") is not None else ""
-    return f"{fm.ratio(f['estimate'])}{span} {mark(v)}".rstrip() + intervals.family_span(iv, f["verdict"])
+    return marked(f["estimate"], f["interval"], f["verdict"])
 
 
 def _ratio_table(table: shapes.BuildTable, tasks: list[str], several_hosts: bool) -> str:

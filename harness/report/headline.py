@@ -13,7 +13,7 @@ from collections.abc import Callable
 from harness import formatter as fm
 from harness.analysis.speedups import Verdict
 from harness.report import intervals
-from harness.report.marks import mark
+from harness.report.marks import marked
 from harness.store import shapes
 
 #: Checks a cell carries whose flag is shown here (a flag is the check's own judgement that something is wrong).
@@ -25,9 +25,7 @@ NAMED = 3
 def _figure(estimate: float | None, iv: shapes.IntervalJson | None, verdict: shapes.VerdictJson | None) -> str:
     if estimate is None:
         return fm.DASH
-    kind = (verdict or {}).get("kind", "")
-    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {mark(kind)}".rstrip() + intervals.family_span(iv, verdict)
+    return marked(estimate, iv, verdict)
 
 
 def _who(host: str, strategy: str, several: bool, esc: Callable[[str], str]) -> str:

@@ -131,7 +131,7 @@ def terminal(run_dir: Path, run_id: str) -> str:
     levels = store.read(run_dir)
     if not levels:
         return ""
-    _, j = table(levels)
+    j = judged.judge(levels, levels[0]["baseline"], _slo(levels))
     arms = {x["strategy"] for x in levels}
     head = (f"{fm.console(run_id)}: load study, {len(arms)} arms, {fm.count(len(levels))} levels on fresh servers; "
             f"speculation over {fm.console(levels[0]['baseline'])} per level (Holm over {j.family} cells):")

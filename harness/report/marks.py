@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness import formatter as fm
 from harness.analysis.speedups import MIN_ROUNDS, Verdict
+from harness.report import intervals
+from harness.store import shapes
 
 #: A verdict's mark beside its figure (StrEnum keys: summary.json's verdict words look them up as they are).
 MARKS: dict[str, str] = {Verdict.FASTER: "▲", Verdict.SLOWER: "▼", Verdict.EQUIVALENT: "≈",
@@ -17,6 +19,15 @@ NO_VERDICT = (f"No cell has the {fm.count(MIN_ROUNDS)} paired rounds a verdict n
 def mark(verdict: str | None) -> str:
     """The mark of a verdict word, or nothing for none or a word no verdict has."""
     return MARKS.get(verdict or "", "")
+
+
+def marked(estimate: float, iv: shapes.IntervalJson | None,
+           verdict: shapes.VerdictJson | shapes.BuildVerdict | None) -> str:
+    """A figure as the tables print it: its estimate, its 95% interval where it has one, its mark, and beside an
+    unmarked figure whose interval excludes 1 its interval at the family's level (report/intervals.py)."""
+    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
+    sign = mark(verdict["kind"] if verdict else None)
+    return f"{fm.ratio(estimate)}{span} {sign}".rstrip() + intervals.family_span(iv, verdict)
 
 
 def too_few(estimate: float, rounds: int) -> str:

@@ -31,7 +31,7 @@ from harness.report import explanation as why_report
 from harness.report import load as load_report
 from harness.report import lossless as lossless_report
 from harness.report import tuning as tuning_report
-from harness.report.marks import NO_VERDICT, TOO_FEW, mark, too_few
+from harness.report.marks import NO_VERDICT, TOO_FEW, marked, too_few
 from harness.report.view import View, table
 from harness.store import shapes
 from harness.store.rundir import RunDir, read_run_json
@@ -207,9 +207,7 @@ def _speedup_text(estimate: float | None, iv: shapes.IntervalJson | None, verdic
         return "-"
     if (verdict or {}).get("kind") == TOO_FEW:
         return too_few(estimate, (iv or {}).get("n", 0))
-    sign = mark((verdict or {}).get("kind"))
-    span = f" {fm.interval(iv['low'], iv['high'])}" if iv and iv.get("low") is not None else ""
-    return f"{fm.ratio(estimate)}{span} {sign}".rstrip() + intervals.family_span(iv, verdict)
+    return marked(estimate, iv, verdict)
 
 
 def _speedups(v: View) -> str:
