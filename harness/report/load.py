@@ -140,11 +140,6 @@ def terminal(run_dir: Path, run_id: str) -> str:
     return "\n".join([head, *(f"  {crossover_words(x, fm.console, '')}" for x in j.crossovers), *tail])
 
 
-def measured(run_dir: Path) -> bool:
-    """Whether the run folder holds a load study's levels."""
-    return store.path_of(run_dir).is_file()
-
-
 def section(run_dir: Path, out_path: Path, draw: bool = True) -> str:
     """The load study's part of a run's section ('' where the run folder has none)."""
     levels = store.read(run_dir)

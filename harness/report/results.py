@@ -299,11 +299,12 @@ def _family(fam: shapes.FamilyJson) -> str:
     return f"{text} {sentence}" if sentence else text
 
 
-def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path | None, beside: str = "") -> str:
+def render_run(rd: RunDir, summary: shapes.Summary, out_path: Path, plot: Path | None, beside: str = "",
+               load: str = "") -> str:
     """One run's section; `beside`: Markdown of plots shown on the speedup plot's line."""
     meta = rd.read_meta()
     v = View(summary)
-    load_alone = not summary["measurements"]["planned"] and load_report.measured(rd.path)
+    load_alone = not summary["measurements"]["planned"] and bool(load)  # `load`: the run's load section, if any
     parts = [f"## Run {fm.md(summary['run_id'])}", "", *headline.markdown(summary), _header(summary, meta, load_alone),
              ""]
     if not summary["measurements"]["planned"] and summary.get("distribution"):  # a sampling study drawn alone
@@ -522,13 +523,13 @@ def write(run_dirs: list[Path], out_path: Path, plot: bool = True,
         why = why_report.write_plots(summary, rd.path, list(summaries.values())) if plot else {}
         dims = dimensions_report.write_plots(summary, rd.path) if plot else {}
         written += [*extra.values(), *why.values(), *dims.values()]
+        load = load_report.section(rd.path, out_path, plot)
         sections.append(render_run(rd, summary, out_path, png, why_report.image(why, "positions", out_path,
-                                                                                "acceptance by draft position"))
+                                                                                "acceptance by draft position"), load)
                         + tuning_report.section(summary, out_path, extra)
                         + dimensions_report.section(summary, out_path, dims)
                         + why_report.section(summary, out_path, why, list(summaries.values()))
                         + completion_text(summary))
-        load = load_report.section(rd.path, out_path, plot)
         if load:  # the load study's section, a blank line after what came before
             sections[-1] = sections[-1].rstrip("\n") + "\n\n" + load
         names.append(summary["manifest"]["name"])
